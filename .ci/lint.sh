@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# clippy, rustfmt and rustdoc, all warnings as errors.
+set -euo pipefail
+for c in clippy rustfmt; do
+    rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+done
+cargo clippy --workspace --all-targets -- -D warnings
+cargo fmt --all --check
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter

@@ -1,0 +1,21 @@
+//! The textbook limiters behind a mutex: the yardsticks the lock-free ones are measured against.
+//!
+//! These exist for the benchmarks (what does a lock cost next to one CAS?) and for the
+//! differential tests (does the lock-free limiter decide what the locked one decides?). They are
+//! correct, but they lock on every check; do not put them on a hot path.
+//!
+//! | type | what it is |
+//! |---|---|
+//! | [`MutexTokenBucket`] | the source articles' bucket: `f64` tokens, last-refill time, refill under a lock |
+//! | [`MutexGcra`] | the same exact GCRA maths as [`Gcra`](crate::Gcra), behind a lock |
+//!
+//! Both are generic over the lock through [`BaselineLock`], `std::sync::Mutex` by default, so a
+//! benchmark can put `parking_lot`'s mutex in its place.
+
+mod baseline_lock;
+mod mutex_gcra;
+mod mutex_token_bucket;
+
+pub use baseline_lock::BaselineLock;
+pub use mutex_gcra::MutexGcra;
+pub use mutex_token_bucket::{MutexTokenBucket, TextbookBucket};

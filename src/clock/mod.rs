@@ -1,0 +1,61 @@
+//! Where limiters get the time: a [`Clock`] returns monotonic nanoseconds as a `u64`.
+//!
+//! | clock | source | cost | resolution |
+//! |---|---|---|---|
+//! | [`QuantaClock`] (default) | TSC through `quanta` | a `rdtsc` and a multiply | 1 ns |
+//! | [`CoarseClock`] | `quanta`'s recent time, refreshed by an upkeep thread | one load | the upkeep interval (1 ms) |
+//! | [`StdClock`] | `std::time::Instant` | a vDSO `clock_gettime` | 1 ns |
+//! | [`ManualClock`] | an atomic the test moves | one load | 1 ns |
+//!
+//! Limiters never trust a clock to be monotonic: a reading that stalls or steps backwards is
+//! treated as "no time has passed" and never grants a token (see `docs/design.md`).
+
+mod manual_clock;
+pub use manual_clock::ManualClock;
+
+#[cfg(feature = "std")]
+mod std_clock;
+#[cfg(feature = "std")]
+pub use std_clock::StdClock;
+
+#[cfg(feature = "quanta")]
+mod quanta_clock;
+#[cfg(feature = "quanta")]
+pub use quanta_clock::QuantaClock;
+
+#[cfg(feature = "quanta")]
+mod coarse_clock;
+#[cfg(feature = "quanta")]
+pub use coarse_clock::CoarseClock;
+
+/// A source of monotonic time in nanoseconds.
+///
+/// `now` is read once per check, so it must be cheap and must not block, allocate or panic. Values
+/// are nanoseconds from an origin of the clock's choosing; only differences matter.
+pub trait Clock {
+    /// The current time in nanoseconds.
+    fn now(&self) -> u64;
+
+    /// The step, in nanoseconds, in which `now` advances. Waits reported to callers are rounded
+    /// up to it so that waiting the advertised time is always enough. Defaults to 1.
+    #[inline]
+    fn resolution(&self) -> u64 {
+        1
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for &C {
+    #[inline]
+    fn now(&self) -> u64 {
+        (**self).now()
+    }
+    #[inline]
+    fn resolution(&self) -> u64 {
+        (**self).resolution()
+    }
+}
+
+/// The clock a limiter uses when none is given: [`QuantaClock`] with the `quanta` feature,
+/// otherwise there is no default and limiters are built with `with_clock`.
+#[cfg(feature = "quanta")]
+pub type DefaultClock = QuantaClock;

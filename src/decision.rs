@@ -1,0 +1,139 @@
+use core::time::Duration;
+
+use crate::token_bucket_math::BucketFigures;
+
+/// The answer to one check: allowed or not, and everything a `429` response needs.
+///
+/// A decision is a small value computed from the one clock reading and the one state word the
+/// check used. The figures are derived lazily: [`Decision::is_allowed`] is a field read, while
+/// [`remaining`](Decision::remaining), [`retry_after`](Decision::retry_after) and
+/// [`reset_after`](Decision::reset_after) each do the one division they need only when called.
+///
+/// # Examples
+///
+/// Filling the headers of a denied HTTP request:
+///
+/// ```
+/// use atomic_limiter::{Gcra, ManualClock, Quota, RateLimiter};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let limiter = Gcra::with_clock(Quota::per_second(2), clock.clone());
+/// assert!(limiter.check().is_allowed());
+/// assert!(limiter.check().is_allowed());
+/// let d = limiter.check();
+/// assert!(!d.is_allowed());
+/// assert_eq!(d.remaining(), 0);
+/// assert_eq!(d.retry_after(), Duration::from_millis(500)); // Retry-After
+/// assert_eq!(d.reset_after(), Duration::from_secs(1));     // RateLimit-Reset
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a rate-limit decision that is not looked at limits nothing"]
+pub struct Decision {
+    allowed: bool,
+    /// Clock resolution in ns; waits are rounded up to it.
+    resolution: u64,
+    detail: Detail,
+}
+
+/// The raw figures each algorithm leaves behind; turned into durations on demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Detail {
+    /// GCRA-style figures, in units of `1 / scale` ns.
+    Time {
+        /// Time until the limiter is full again, after this decision.
+        after: u64,
+        /// Time until this request would pass (0 when allowed).
+        wait: u64,
+        /// Time one token takes to return.
+        token: u64,
+        /// Time a drained limiter takes to fill (`burst × token`).
+        window: u64,
+        /// Units per nanosecond.
+        scale: u64,
+    },
+    /// The packed token bucket's figures.
+    Bucket(BucketFigures),
+    /// Figures already computed, in whole tokens and nanoseconds (mutex baselines).
+    Eager {
+        remaining: u64,
+        retry_ns: u64,
+        reset_ns: u64,
+    },
+}
+
+impl Decision {
+    #[inline]
+    pub(crate) const fn new(allowed: bool, resolution: u64, detail: Detail) -> Decision {
+        Decision {
+            allowed,
+            resolution,
+            detail,
+        }
+    }
+
+    /// Whether the request may proceed (its tokens were taken).
+    #[inline]
+    pub const fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// Whether the request was refused (nothing was taken).
+    #[inline]
+    pub const fn is_denied(&self) -> bool {
+        !self.allowed
+    }
+
+    /// Whole tokens left after this decision.
+    pub fn remaining(&self) -> u64 {
+        match self.detail {
+            Detail::Time {
+                after,
+                token,
+                window,
+                ..
+            } => window.saturating_sub(after) / token,
+            Detail::Bucket(b) => b.remaining(),
+            Detail::Eager { remaining, .. } => remaining,
+        }
+    }
+
+    /// `Duration::ZERO` when allowed; otherwise the shortest wait after which the same request
+    /// passes if nobody else takes tokens in between, rounded up to the clock's resolution. Waiting
+    /// exactly this long never earns a second denial.
+    pub fn retry_after(&self) -> Duration {
+        if self.allowed {
+            return Duration::ZERO;
+        }
+        let ns = match self.detail {
+            Detail::Time { wait, scale, .. } => wait.div_ceil(scale),
+            Detail::Bucket(b) => b.wait_ns(),
+            Detail::Eager { retry_ns, .. } => retry_ns,
+        };
+        Duration::from_nanos(round_up(ns, self.resolution))
+    }
+
+    /// The time until the limiter is full again (every token back), rounded up to the clock's
+    /// resolution.
+    pub fn reset_after(&self) -> Duration {
+        let ns = match self.detail {
+            Detail::Time { after, scale, .. } => after.div_ceil(scale),
+            Detail::Bucket(b) => b.reset_ns(),
+            Detail::Eager { reset_ns, .. } => reset_ns,
+        };
+        Duration::from_nanos(round_up(ns, self.resolution))
+    }
+}
+
+/// Rounds a wait up so that a clock of this resolution has surely moved that far: to the next
+/// multiple of the resolution, plus one step because a coarse reading trails real time by up to
+/// one step. Exact (unchanged) for nanosecond clocks.
+fn round_up(ns: u64, resolution: u64) -> u64 {
+    if ns == 0 || resolution <= 1 {
+        ns
+    } else {
+        ns.div_ceil(resolution)
+            .saturating_mul(resolution)
+            .saturating_add(resolution)
+    }
+}

@@ -1,0 +1,153 @@
+use crate::clock::Clock;
+#[cfg(feature = "quanta")]
+use crate::clock::DefaultClock;
+use crate::decision::Detail;
+use crate::gcra_math::{self, GcraParams, Outcome};
+use crate::state_cell::{StateCell, Step};
+use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
+
+/// A lock-free GCRA (generic cell rate algorithm) limiter: the whole state is one `AtomicU64`.
+///
+/// GCRA is the "virtual scheduling" form of a leaky bucket used as a meter (and of a token bucket:
+/// both admit exactly the same requests). It keeps one number, the theoretical arrival time, and a
+/// check is one clock read, one load and, when the request passes, one compare-and-swap. A denial
+/// writes nothing. The period is kept as an exact fraction of a nanosecond, so a limiter never
+/// drifts from its quota, however long it runs.
+///
+/// # Examples
+///
+/// A burst of three, then a denial that says when to come back:
+///
+/// ```
+/// use atomic_limiter::{Gcra, ManualClock, Quota, RateLimiter};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let limiter = Gcra::with_clock(Quota::per_second(10).with_burst(3), clock.clone());
+/// for _ in 0..3 {
+///     assert!(limiter.check().is_allowed());
+/// }
+/// let denied = limiter.check();
+/// assert_eq!(denied.retry_after(), Duration::from_millis(100));
+/// clock.advance(denied.retry_after());
+/// assert!(limiter.check().is_allowed());
+/// ```
+///
+/// # Size
+///
+/// The state is 8 bytes; the limiter also carries its parameters (32 bytes), the quota and its
+/// clock.
+#[derive(Debug)]
+pub struct Gcra<C = DefaultClockOrNone> {
+    /// The theoretical arrival time, in units of `1 / scale` ns, wrapping.
+    tat: StateCell,
+    params: GcraParams,
+    quota: Quota,
+    clock: C,
+}
+
+#[cfg(feature = "quanta")]
+type DefaultClockOrNone = DefaultClock;
+#[cfg(not(feature = "quanta"))]
+type DefaultClockOrNone = crate::ManualClock;
+
+#[cfg(feature = "quanta")]
+impl Gcra<DefaultClock> {
+    /// A full limiter on the default clock ([`QuantaClock`](crate::QuantaClock)).
+    pub fn new(quota: Quota) -> Gcra<DefaultClock> {
+        Gcra::with_clock(quota, DefaultClock::new())
+    }
+}
+
+impl<C: Clock> Gcra<C> {
+    /// A full limiter on `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> Gcra<C> {
+        let params = GcraParams::new(&quota);
+        let now = params.units(clock.now());
+        Gcra {
+            tat: StateCell::new(now),
+            params,
+            quota,
+            clock,
+        }
+    }
+
+    /// The longest idle, and the largest backwards clock step, that the limiter reads exactly:
+    /// `2^63 / denominator` ns (292 years for whole-nanosecond periods, at least 1.1 years for
+    /// any quota). See `docs/design.md` for what happens beyond it.
+    pub fn horizon(&self) -> core::time::Duration {
+        core::time::Duration::from_nanos((1u64 << 63) / self.params.scale)
+    }
+
+    /// The clock the limiter reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Asks for one token.
+    #[inline]
+    pub fn check(&self) -> Decision {
+        self.run(1)
+    }
+
+    /// Asks for `n` tokens, all or nothing; `n = 0` peeks.
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if `n` exceeds the burst.
+    #[inline]
+    pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        if n > self.params.burst {
+            return Err(InsufficientCapacity {
+                requested: n,
+                burst: self.params.burst,
+            });
+        }
+        Ok(self.run(n))
+    }
+
+    /// One clock read, then one load and (when the request passes) one CAS. `n <= burst`.
+    #[inline]
+    fn run(&self, n: u32) -> Decision {
+        let now = self.params.units(self.clock.now());
+        // A denial decided on a stale (earlier, smaller) TAT stands for any later value too, since
+        // admissions only move the TAT forward; so keeping the word is final.
+        self.tat
+            .update(|tat| match gcra_math::decide(tat, now, n, &self.params) {
+                Outcome::Deny { after, wait } => Step::Keep(self.decision(false, after, wait)),
+                Outcome::Allow { after, .. } if n == 0 => Step::Keep(self.decision(true, after, 0)),
+                Outcome::Allow { tat, after } => Step::Store(tat, self.decision(true, after, 0)),
+            })
+    }
+
+    #[inline]
+    fn decision(&self, allowed: bool, after: u64, wait: u64) -> Decision {
+        Decision::new(
+            allowed,
+            self.clock.resolution(),
+            Detail::Time {
+                after,
+                wait,
+                token: self.params.token,
+                window: self.params.window,
+                scale: self.params.scale,
+            },
+        )
+    }
+}
+
+impl<C: Clock> RateLimiter for Gcra<C> {
+    #[inline]
+    fn check(&self) -> Decision {
+        Gcra::check(self)
+    }
+
+    #[inline]
+    fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        Gcra::check_n(self, n)
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+}

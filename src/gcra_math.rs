@@ -1,0 +1,88 @@
+//! GCRA as pure arithmetic: old state and a clock reading in, new state and a verdict out.
+//!
+//! # Implementation details
+//!
+//! The state is the *theoretical arrival time* (TAT): the instant at which the limiter would be
+//! full again. Time is kept in units of `1 / scale` ns, where `token / scale` is the quota's period
+//! in lowest terms, so one token is exactly `token` units and nothing is ever truncated. In these
+//! units a clock reading of `t` ns is `t × scale`, taken modulo 2^64: the TAT is a wrapping value
+//! and only its signed distance from *now* matters.
+//!
+//! | `ahead = tat - now` (as `i64`) | meaning | tokens now |
+//! |---|---|---|
+//! | `<= 0` | the TAT is in the past: the limiter is full | `burst` |
+//! | `1 ..= window` | `ahead` units of debt | `(window - ahead) / token` |
+//! | `> window` | the clock stepped back past the last admission | 0 |
+//!
+//! A request for `n` tokens costs `n × token` units and passes iff `ahead + cost <= window`; then
+//! the TAT becomes `max(tat, now) + cost`. A denial computes `wait = ahead + cost - window`, the
+//! units until it would pass, and changes nothing. `docs/design.md` has the range analysis.
+
+use crate::Quota;
+
+/// A quota in GCRA units (`1 / scale` ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GcraParams {
+    /// Units per token (the period).
+    pub(crate) token: u64,
+    /// `burst × token`: the debt a full burst leaves; at most `Quota::MAX_WINDOW` (2^62).
+    pub(crate) window: u64,
+    /// Units per nanosecond.
+    pub(crate) scale: u64,
+    /// The most tokens one request may take.
+    pub(crate) burst: u32,
+}
+
+impl GcraParams {
+    pub(crate) const fn new(quota: &Quota) -> GcraParams {
+        let (token, scale) = quota.period_fraction();
+        GcraParams {
+            token,
+            window: quota.window_units(),
+            scale,
+            burst: quota.burst(),
+        }
+    }
+
+    /// A clock reading in GCRA units, modulo 2^64.
+    #[inline]
+    pub(crate) const fn units(&self, now_ns: u64) -> u64 {
+        now_ns.wrapping_mul(self.scale)
+    }
+}
+
+/// What one step decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Store `tat`; `after` units of debt remain.
+    Allow { tat: u64, after: u64 },
+    /// Store nothing; `after` units of debt stand and the request passes in `wait` units.
+    Deny { after: u64, wait: u64 },
+}
+
+/// One GCRA step for `n <= burst` tokens at `now` (GCRA units).
+#[inline]
+pub(crate) const fn decide(tat: u64, now: u64, n: u32, p: &GcraParams) -> Outcome {
+    let ahead = tat.wrapping_sub(now);
+    // Is the TAT behind us? Then the limiter is full and debt starts from now.
+    let (base, ahead) = if (ahead as i64) <= 0 {
+        (now, 0)
+    } else {
+        (tat, ahead)
+    };
+    // n <= burst, so cost <= window <= 2^62; ahead < 2^63: the sum cannot overflow.
+    let cost = n as u64 * p.token;
+    let after = ahead + cost;
+    // A peek (n = 0) always passes, even while the clock is behind the TAT.
+    if after <= p.window || n == 0 {
+        Outcome::Allow {
+            tat: base.wrapping_add(cost),
+            after,
+        }
+    } else {
+        Outcome::Deny {
+            after: ahead,
+            wait: after - p.window,
+        }
+    }
+}

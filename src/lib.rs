@@ -1,0 +1,88 @@
+//! Lock-free rate limiters for hot paths: a check is one clock read and one compare-and-swap on
+//! one `AtomicU64`, with no lock, no allocation and no syscall, and every decision answers what a
+//! `429` response needs.
+//!
+//! # Contents
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`Quota`] | rate, interval and burst, validated once ([`QuotaError`]) |
+//! | [`Gcra`] | exact GCRA in one `AtomicU64` (theoretical arrival time) |
+//! | [`TokenBucket`] | fixed-point tokens and a tick stamp packed in one `AtomicU64` |
+//! | [`RateLimiter`] | the trait every limiter implements |
+//! | [`Decision`] | allowed? remaining, retry-after, reset-after |
+//! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
+//! | [`baseline`] | the textbook mutex limiters, for benchmarks and differential tests |
+//!
+//! Long-form documents live in the repository's `docs/` folder: `design.md` (the maths, the packed
+//! layouts, the range analysis and the memory-ordering argument).
+//!
+//! # Examples
+//!
+//! A limiter of 100 requests per second with bursts of 10, on a clock the example moves by hand:
+//!
+//! ```
+//! use atomic_limiter::{Gcra, ManualClock, Quota, RateLimiter};
+//! use std::time::Duration;
+//!
+//! let clock = ManualClock::new();
+//! let limiter = Gcra::with_clock(Quota::per_second(100).with_burst(10), clock.clone());
+//!
+//! let admitted = (0..20).filter(|_| limiter.check().is_allowed()).count();
+//! assert_eq!(admitted, 10);
+//!
+//! let denied = limiter.check();
+//! assert_eq!(denied.retry_after(), Duration::from_millis(10));
+//! clock.advance(Duration::from_millis(10));
+//! assert!(limiter.check().is_allowed());
+//! ```
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `std` | yes | [`StdClock`], the [`baseline`] limiters |
+//! | `quanta` | yes | [`QuantaClock`] (the default clock) and [`CoarseClock`] |
+//! | `portable-atomic` | no | 64-bit atomics on targets without them |
+//! | `loom` | no | loom's atomics, under `--cfg atomic_limiter_loom` (for `loom-tests/`) |
+//!
+//! Without `std` the crate is `no_std` (it needs `alloc` for [`ManualClock`]'s shared time):
+//! [`Quota`], [`Gcra`], [`TokenBucket`], [`ManualClock`] and the traits.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+extern crate alloc;
+
+#[cfg(feature = "std")]
+pub mod baseline;
+mod clock;
+mod decision;
+mod gcra;
+mod gcra_math;
+mod insufficient_capacity;
+mod quota;
+mod quota_error;
+mod rate_limiter;
+mod state_cell;
+mod sync;
+mod token_bucket;
+mod token_bucket_math;
+
+#[cfg(feature = "std")]
+pub use clock::StdClock;
+pub use clock::{Clock, ManualClock};
+#[cfg(feature = "quanta")]
+pub use clock::{CoarseClock, DefaultClock, QuantaClock};
+pub use decision::Decision;
+pub use gcra::Gcra;
+pub use insufficient_capacity::InsufficientCapacity;
+pub use quota::Quota;
+pub use quota_error::QuotaError;
+pub use rate_limiter::RateLimiter;
+pub use token_bucket::TokenBucket;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,316 @@
+use core::time::Duration;
+
+use crate::QuotaError;
+
+const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+/// How many requests pass, how fast they come back, and how many may pass at once.
+///
+/// A quota reads "`rate` tokens every `per`, at most `burst` at once". A fresh limiter holds
+/// `burst` tokens; one token returns every `period = per / rate`; a request for `n` tokens passes
+/// if `n` tokens are there and takes them.
+///
+/// The period is kept as an exact fraction of a nanosecond, never truncated: `per_second(3)` has a
+/// period of 333_333_333⅓ ns and a limiter built on it admits exactly three per second forever.
+///
+/// # Examples
+///
+/// The common forms, and the fallible one for values that come from configuration:
+///
+/// ```
+/// use atomic_limiter::{Quota, QuotaError};
+/// use std::time::Duration;
+///
+/// let api = Quota::per_second(100).with_burst(10);
+/// assert_eq!(api.burst(), 10);
+/// assert_eq!(api.period(), Duration::from_millis(10));
+///
+/// let slow = Quota::with_period(Duration::from_secs(2)); // one every 2 s, burst 1
+/// assert_eq!(slow.burst(), 1);
+///
+/// let from_config = Quota::try_new(0, Duration::from_secs(1), 5);
+/// assert_eq!(from_config, Err(QuotaError::ZeroRate));
+/// ```
+///
+/// # Limits
+///
+/// Rates up to one token per nanosecond (10^9/s) and periods up to `u64::MAX` ns (584 years) are
+/// accepted, bursts up to [`Quota::MAX_BURST`], with two further conditions that keep every limiter
+/// exact: the period in lowest terms has a denominator of at most [`Quota::MAX_DENOMINATOR`]
+/// (`per_second(7_000_000)` is `1000/7` ns: fine; `per_second(999)` is `1_000_000/999` ns:
+/// rejected), and `burst × period` fits [`Quota::MAX_WINDOW`]. See `docs/design.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    rate: u64,
+    per_ns: u64,
+    burst: u32,
+    /// Numerator of the reduced period `per_ns / rate`: the period is `token / scale` ns.
+    token: u64,
+    /// Denominator of the reduced period: time is kept in units of `1 / scale` ns.
+    scale: u64,
+}
+
+const fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        let t = a % b;
+        a = b;
+        b = t;
+    }
+    a
+}
+
+impl Quota {
+    /// The largest burst: `2^21 - 1` tokens (the token bucket's packed word holds 21 integer bits).
+    pub const MAX_BURST: u32 = (1 << 21) - 1;
+
+    /// The largest denominator of the period, in nanoseconds and in lowest terms.
+    ///
+    /// GCRA keeps time in units of `1 / denominator` ns in a wrapping `u64`; this bound keeps its
+    /// idle and backwards-step horizon (`2^63 / denominator` ns) above one year.
+    pub const MAX_DENOMINATOR: u64 = 256;
+
+    /// The longest `burst × period`, in units of `1 / denominator` ns: `2^62` (146 years when the
+    /// period is a whole number of nanoseconds).
+    pub const MAX_WINDOW: u64 = 1 << 62;
+
+    /// `rate` tokens every `per`, at most `burst` at once; the fallible constructor.
+    ///
+    /// # Errors
+    ///
+    /// A [`QuotaError`] naming the first rule the values break (see the type's `# Limits`).
+    pub const fn try_new(rate: u64, per: Duration, burst: u32) -> Result<Quota, QuotaError> {
+        let per_ns = per.as_nanos();
+        if per_ns > u64::MAX as u128 {
+            return Err(QuotaError::PeriodTooLong);
+        }
+        Self::try_from_nanos(rate, per_ns as u64, burst)
+    }
+
+    /// As [`Quota::try_new`], with the interval in nanoseconds.
+    ///
+    /// # Errors
+    ///
+    /// As [`Quota::try_new`].
+    pub const fn try_from_nanos(rate: u64, per_ns: u64, burst: u32) -> Result<Quota, QuotaError> {
+        if rate == 0 {
+            return Err(QuotaError::ZeroRate);
+        }
+        if per_ns == 0 {
+            return Err(QuotaError::ZeroPeriod);
+        }
+        if burst == 0 {
+            return Err(QuotaError::ZeroBurst);
+        }
+        if burst > Self::MAX_BURST {
+            return Err(QuotaError::BurstTooLarge { burst });
+        }
+        let g = gcd(per_ns, rate);
+        let token = per_ns / g;
+        let scale = rate / g;
+        if token < scale {
+            return Err(QuotaError::RateTooHigh);
+        }
+        if scale > Self::MAX_DENOMINATOR {
+            return Err(QuotaError::InexactPeriod { denominator: scale });
+        }
+        match token.checked_mul(burst as u64) {
+            Some(w) if w <= Self::MAX_WINDOW => {}
+            _ => return Err(QuotaError::WindowTooLong),
+        }
+        Ok(Quota {
+            rate,
+            per_ns,
+            burst,
+            token,
+            scale,
+        })
+    }
+
+    const fn unwrap(r: Result<Quota, QuotaError>) -> Quota {
+        match r {
+            Ok(q) => q,
+            Err(e) => panic!("{}", e.as_str()),
+        }
+    }
+
+    /// The default burst for `n` per interval: `n`, saturated at [`Quota::MAX_BURST`].
+    const fn default_burst(n: u64) -> u32 {
+        if n > Self::MAX_BURST as u64 {
+            Self::MAX_BURST
+        } else {
+            n as u32
+        }
+    }
+
+    /// `n` per second, burst `n` (saturated at [`Quota::MAX_BURST`]).
+    ///
+    /// # Panics
+    ///
+    /// If `n` is zero, above 10^9, or its period breaks the `# Limits` above; in a `const` this
+    /// is a compile error. Use [`Quota::try_new`] for values from outside the program.
+    pub const fn per_second(n: u64) -> Quota {
+        Self::unwrap(Self::try_from_nanos(
+            n,
+            NANOS_PER_SECOND,
+            Self::default_burst(n),
+        ))
+    }
+
+    /// `n` per minute, burst `n` (saturated at [`Quota::MAX_BURST`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`Quota::per_second`].
+    pub const fn per_minute(n: u64) -> Quota {
+        Self::unwrap(Self::try_from_nanos(
+            n,
+            60 * NANOS_PER_SECOND,
+            Self::default_burst(n),
+        ))
+    }
+
+    /// `n` per hour, burst `n` (saturated at [`Quota::MAX_BURST`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`Quota::per_second`].
+    pub const fn per_hour(n: u64) -> Quota {
+        Self::unwrap(Self::try_from_nanos(
+            n,
+            3600 * NANOS_PER_SECOND,
+            Self::default_burst(n),
+        ))
+    }
+
+    /// One token every `period`, burst 1.
+    ///
+    /// # Panics
+    ///
+    /// If `period` is zero or longer than `u64::MAX` ns.
+    pub const fn with_period(period: Duration) -> Quota {
+        Self::unwrap(Self::try_new(1, period, 1))
+    }
+
+    /// The same rate with another burst.
+    ///
+    /// # Panics
+    ///
+    /// If `burst` is zero, above [`Quota::MAX_BURST`], or makes the window too long; see
+    /// [`Quota::try_with_burst`].
+    pub const fn with_burst(self, burst: u32) -> Quota {
+        Self::unwrap(self.try_with_burst(burst))
+    }
+
+    /// The same rate with another burst, fallibly.
+    ///
+    /// # Errors
+    ///
+    /// As [`Quota::try_new`].
+    pub const fn try_with_burst(self, burst: u32) -> Result<Quota, QuotaError> {
+        Self::try_from_nanos(self.rate, self.per_ns, burst)
+    }
+
+    /// Tokens per interval, as given.
+    pub const fn rate(&self) -> u64 {
+        self.rate
+    }
+
+    /// The interval the rate is counted over, as given.
+    pub const fn per(&self) -> Duration {
+        Duration::from_nanos(self.per_ns)
+    }
+
+    /// The most tokens one request, or a burst of requests, can take.
+    pub const fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// The time one token takes to return, rounded down to whole nanoseconds for display; the
+    /// limiters use the exact fraction [`Quota::period_fraction`].
+    pub const fn period(&self) -> Duration {
+        Duration::from_nanos(self.token / self.scale)
+    }
+
+    /// The period as an exact fraction of nanoseconds, `(numerator, denominator)` in lowest terms.
+    pub const fn period_fraction(&self) -> (u64, u64) {
+        (self.token, self.scale)
+    }
+
+    /// The time a drained limiter takes to fill up again, rounded up to whole nanoseconds.
+    pub const fn fill_time(&self) -> Duration {
+        let w = self.token as u128 * self.burst as u128;
+        Duration::from_nanos(w.div_ceil(self.scale as u128) as u64)
+    }
+
+    /// `burst × period` in units of `1/denominator` ns (never above [`Quota::MAX_WINDOW`]).
+    pub(crate) const fn window_units(&self) -> u64 {
+        self.token * self.burst as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reduces_the_period() {
+        let q = Quota::per_second(7_000_000);
+        assert_eq!(q.period_fraction(), (1000, 7));
+        let q = Quota::per_second(3);
+        assert_eq!(q.period_fraction(), (1_000_000_000, 3));
+        assert_eq!(Quota::per_second(1_000_000_000).period_fraction(), (1, 1));
+    }
+
+    #[test]
+    fn rejects_with_typed_errors() {
+        let s = Duration::from_secs(1);
+        assert_eq!(Quota::try_new(0, s, 1), Err(QuotaError::ZeroRate));
+        assert_eq!(
+            Quota::try_new(1, Duration::ZERO, 1),
+            Err(QuotaError::ZeroPeriod)
+        );
+        assert_eq!(Quota::try_new(1, s, 0), Err(QuotaError::ZeroBurst));
+        assert_eq!(
+            Quota::try_new(1, s, 1 << 21),
+            Err(QuotaError::BurstTooLarge { burst: 1 << 21 })
+        );
+        assert_eq!(
+            Quota::try_new(1_000_000_001, s, 1),
+            Err(QuotaError::RateTooHigh)
+        );
+        assert_eq!(
+            Quota::try_new(1, Duration::MAX, 1),
+            Err(QuotaError::PeriodTooLong)
+        );
+        assert_eq!(
+            Quota::try_new(999, s, 1),
+            Err(QuotaError::InexactPeriod { denominator: 999 })
+        );
+        let century = Duration::from_secs(100 * 365 * 86_400);
+        assert!(Quota::try_new(1, century, 1).is_ok());
+        assert_eq!(
+            Quota::try_new(1, century, 2),
+            Err(QuotaError::WindowTooLong)
+        );
+        assert!(Quota::try_new(1_000_000_000, s, Quota::MAX_BURST).is_ok());
+        assert!(Quota::try_new(1, s, 1 << 20).is_ok());
+    }
+
+    #[test]
+    fn default_burst_saturates() {
+        assert_eq!(Quota::per_second(1_000_000_000).burst(), Quota::MAX_BURST);
+        assert_eq!(Quota::per_minute(60).burst(), 60);
+    }
+
+    #[test]
+    #[should_panic(expected = "quota rate must be at least 1")]
+    fn per_second_zero_panics() {
+        let _ = Quota::per_second(core::hint::black_box(0));
+    }
+
+    #[test]
+    fn errors_display() {
+        let e = Quota::try_new(999, Duration::from_secs(1), 1).unwrap_err();
+        assert!(e.to_string().contains("1/999"));
+    }
+}

@@ -1,0 +1,71 @@
+use core::fmt;
+
+/// Why a [`Quota`](crate::Quota) was rejected at construction.
+///
+/// Every limiter in this crate works exactly (GCRA) or within a documented resolution (token
+/// bucket) for every quota that constructs; the rest are turned away here, with the reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// The rate was zero: a limiter that never refills is a closed gate, say so explicitly.
+    ZeroRate,
+    /// The refill interval (`per`) was zero.
+    ZeroPeriod,
+    /// The burst was zero: no request could ever pass.
+    ZeroBurst,
+    /// The burst exceeds [`Quota::MAX_BURST`](crate::Quota::MAX_BURST).
+    BurstTooLarge {
+        /// The burst asked for.
+        burst: u32,
+    },
+    /// `per / rate` is shorter than one nanosecond, the clocks' resolution (more than 10^9 per
+    /// second).
+    RateTooHigh,
+    /// `per` does not fit in `u64` nanoseconds (about 584 years).
+    PeriodTooLong,
+    /// `per / rate`, in nanoseconds and in lowest terms, has a denominator above
+    /// [`Quota::MAX_DENOMINATOR`](crate::Quota::MAX_DENOMINATOR), so GCRA cannot keep it exactly
+    /// with a long enough idle horizon. Pick a rate whose period is a multiple of
+    /// `1/MAX_DENOMINATOR` ns (for example 1000/s instead of 999/s).
+    InexactPeriod {
+        /// The denominator of the reduced period.
+        denominator: u64,
+    },
+    /// `burst × period` (the time a drained limiter takes to fill) is longer than
+    /// [`Quota::MAX_WINDOW`](crate::Quota::MAX_WINDOW) allows at this rate's resolution.
+    WindowTooLong,
+}
+
+impl QuotaError {
+    /// The message, as a `&'static str` usable in `const` panics.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            QuotaError::ZeroRate => "quota rate must be at least 1",
+            QuotaError::ZeroPeriod => "quota period must be longer than zero",
+            QuotaError::ZeroBurst => "quota burst must be at least 1",
+            QuotaError::BurstTooLarge { .. } => "quota burst exceeds Quota::MAX_BURST (2^21 - 1)",
+            QuotaError::RateTooHigh => "quota rate exceeds one token per nanosecond",
+            QuotaError::PeriodTooLong => "quota period does not fit in u64 nanoseconds",
+            QuotaError::InexactPeriod { .. } => {
+                "quota period (per / rate, in ns) has a denominator above Quota::MAX_DENOMINATOR (256); pick a rate that divides the interval more evenly"
+            }
+            QuotaError::WindowTooLong => {
+                "quota burst x period is too long to represent (see Quota::MAX_WINDOW)"
+            }
+        }
+    }
+}
+
+impl fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuotaError::BurstTooLarge { burst } => write!(f, "{} (got {burst})", self.as_str()),
+            QuotaError::InexactPeriod { denominator } => {
+                write!(f, "{} (got 1/{denominator} ns)", self.as_str())
+            }
+            _ => f.write_str(self.as_str()),
+        }
+    }
+}
+
+impl core::error::Error for QuotaError {}

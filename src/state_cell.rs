@@ -1,0 +1,86 @@
+//! The one place where a limiter's state word is read and swapped.
+//!
+//! Every algorithm is written as a pure function from the current word to a [`Step`]: store a new
+//! word, or keep the old one. [`StateCell::update`] runs it: one load, and when the step wants to
+//! store, one `compare_exchange_weak`; when that fails (another thread got there first, or a
+//! spurious failure) the `#[cold]` slow path decides again on the value it found. A step that keeps
+//! the word writes nothing, so denials never take the cache line exclusive.
+//!
+//! # Memory ordering
+//!
+//! Every access is `Relaxed`. A limiter's decision depends on its one word and the clock reading,
+//! and it publishes no other memory, so all it needs is that read-modify-writes on that one
+//! location are atomic and totally ordered, which holds at any ordering. The argument in full, and
+//! what loom does and does not check of it, is in `docs/design.md`.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// What a step wants done with the word.
+pub(crate) enum Step<T> {
+    /// Replace the word with this value, then answer `T`.
+    Store(u64, T),
+    /// Leave the word as it is and answer `T`.
+    Keep(T),
+}
+
+/// An `AtomicU64` that is only ever changed through [`StateCell::update`].
+#[derive(Debug)]
+pub(crate) struct StateCell {
+    word: AtomicU64,
+}
+
+impl StateCell {
+    pub(crate) fn new(word: u64) -> StateCell {
+        StateCell {
+            word: AtomicU64::new(word),
+        }
+    }
+
+    /// Runs `step` on the current word until its answer is final: kept, or stored by a CAS that
+    /// succeeded on the very word the step saw.
+    #[inline]
+    pub(crate) fn update<T>(&self, step: impl Fn(u64) -> Step<T>) -> T {
+        // Relaxed: a stale value is re-checked by the CAS below, which compares with the latest
+        // value in the word's modification order; for a kept step see `Step` users' notes.
+        let current = self.word.load(Ordering::Relaxed);
+        match step(current) {
+            Step::Keep(answer) => answer,
+            Step::Store(new, answer) => {
+                // Relaxed/Relaxed: the CAS is the linearisation point and needs only the atomicity
+                // of one read-modify-write on one location; nothing else is published.
+                match self.word.compare_exchange_weak(
+                    current,
+                    new,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => answer,
+                    Err(actual) => self.update_contended(actual, step),
+                }
+            }
+        }
+    }
+
+    /// The slow path: decide again on the value another thread left, until a CAS holds.
+    #[cold]
+    #[inline(never)]
+    fn update_contended<T>(&self, mut current: u64, step: impl Fn(u64) -> Step<T>) -> T {
+        loop {
+            match step(current) {
+                Step::Keep(answer) => return answer,
+                Step::Store(new, answer) => {
+                    // Relaxed/Relaxed: as in `update`.
+                    match self.word.compare_exchange_weak(
+                        current,
+                        new,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return answer,
+                        Err(actual) => current = actual,
+                    }
+                }
+            }
+        }
+    }
+}

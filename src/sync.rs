@@ -1,0 +1,39 @@
+//! The one place where atomics are named.
+//!
+//! Every other module takes its atomic types from here, so that the loom model checks can swap them
+//! for loom's instrumented ones. Three arms:
+//!
+//! | cfg / feature                       | `AtomicU64` comes from      |
+//! |-------------------------------------|-----------------------------|
+//! | `--cfg atomic_limiter_loom` + `loom` | `loom::sync::atomic`        |
+//! | feature `portable-atomic`           | `portable_atomic`           |
+//! | otherwise                           | `core::sync::atomic`        |
+//!
+//! `Arc` follows the same switch so that a [`ManualClock`](crate::ManualClock) shared between
+//! loom threads is visible to loom too.
+
+#[cfg(all(atomic_limiter_loom, not(feature = "loom")))]
+compile_error!("`--cfg atomic_limiter_loom` needs the `loom` feature of atomic-limiter");
+
+#[cfg(all(atomic_limiter_loom, feature = "loom"))]
+pub(crate) use loom::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+
+#[cfg(all(not(target_has_atomic = "64"), not(feature = "portable-atomic")))]
+compile_error!(
+    "this target has no 64-bit atomics: enable atomic-limiter's `portable-atomic` feature"
+);
+
+#[cfg(all(not(atomic_limiter_loom), feature = "portable-atomic"))]
+pub(crate) use portable_atomic::AtomicU64;
+
+#[cfg(all(not(atomic_limiter_loom), not(feature = "portable-atomic")))]
+pub(crate) use core::sync::atomic::AtomicU64;
+
+#[cfg(not(atomic_limiter_loom))]
+pub(crate) use core::sync::atomic::Ordering;
+
+#[cfg(not(atomic_limiter_loom))]
+pub(crate) use alloc::sync::Arc;

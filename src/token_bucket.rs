@@ -1,0 +1,166 @@
+use crate::clock::Clock;
+#[cfg(feature = "quanta")]
+use crate::clock::DefaultClock;
+use crate::decision::Detail;
+use crate::state_cell::{StateCell, Step};
+use crate::token_bucket_math::{self, BucketParams, Outcome};
+use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
+
+/// A lock-free token bucket: fixed-point tokens and the tick of the last refill packed in one
+/// `AtomicU64`, refilled lazily on each check.
+///
+/// It admits what [`Gcra`](crate::Gcra) admits, within its fixed-point resolution: tokens are
+/// counted in 1/1024ths and time in ticks of at most 1/1024 of the period. It never admits a
+/// request the exact model refuses; it may refuse one while the exact count exceeds the request by
+/// less than 2/1024 of a token plus one tick's refill, and its waits are never shorter than exact.
+/// Refills below the cap never drift (see `docs/design.md`). Choose it when you want the state to
+/// *be* a token count; choose GCRA when you want exact figures and the longest idle horizon.
+///
+/// # Examples
+///
+/// A burst, a denial, and the bucket filling back up:
+///
+/// ```
+/// use atomic_limiter::{ManualClock, Quota, RateLimiter, TokenBucket};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let bucket = TokenBucket::with_clock(Quota::per_second(100).with_burst(10), clock.clone());
+/// assert!(bucket.check_n(10).unwrap().is_allowed());
+/// let d = bucket.check();
+/// assert!(d.is_denied());
+/// clock.advance(d.reset_after());
+/// assert_eq!(bucket.check_n(0).unwrap().remaining(), 10);
+/// ```
+///
+/// # Layout
+///
+/// The low `token_bits` bits hold the tokens in fixed point (10 fraction bits), just wide enough for
+/// `burst × 1024`; the other `64 - token_bits` bits (33 to 53) hold the tick of the last refill,
+/// wrapping. The tick is the largest power of two nanoseconds not above `period / 1024`, coarsened
+/// for very large bursts so that sixteen fill times fit in one stamp cycle.
+///
+/// # Horizons
+///
+/// An idle of up to [`TokenBucket::idle_horizon`] (three quarters of the stamp cycle) is read
+/// exactly; a clock stepping back by up to [`TokenBucket::backward_tolerance`] (a quarter cycle)
+/// grants nothing. For `per_second(100).with_burst(10)` these are 219 and 73 years; for a
+/// nanosecond tick (periods under 1024 ns) they are `3/4 × 2^(64 - token_bits)` ns, days rather
+/// than years. Beyond them see `docs/design.md`; [`Gcra`](crate::Gcra)'s horizon is at least a
+/// year for every quota.
+#[derive(Debug)]
+pub struct TokenBucket<C = DefaultClockOrNone> {
+    word: StateCell,
+    params: BucketParams,
+    quota: Quota,
+    clock: C,
+}
+
+#[cfg(feature = "quanta")]
+type DefaultClockOrNone = DefaultClock;
+#[cfg(not(feature = "quanta"))]
+type DefaultClockOrNone = crate::ManualClock;
+
+#[cfg(feature = "quanta")]
+impl TokenBucket<DefaultClock> {
+    /// A full bucket on the default clock ([`QuantaClock`](crate::QuantaClock)).
+    pub fn new(quota: Quota) -> TokenBucket<DefaultClock> {
+        TokenBucket::with_clock(quota, DefaultClock::new())
+    }
+}
+
+impl<C: Clock> TokenBucket<C> {
+    /// A full bucket on `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> TokenBucket<C> {
+        let params = BucketParams::new(&quota);
+        TokenBucket {
+            word: StateCell::new(params.full(clock.now())),
+            params,
+            quota,
+            clock,
+        }
+    }
+
+    /// The longest idle after which the bucket is still read exactly (full once the fill time
+    /// has passed). Longer idles are read modulo the stamp cycle; see `docs/design.md`.
+    pub fn idle_horizon(&self) -> core::time::Duration {
+        core::time::Duration::from_nanos(self.params.idle_horizon_ns())
+    }
+
+    /// The largest backwards clock step the bucket tells apart from a long idle; up to it, a
+    /// backwards step refills nothing and grants nothing.
+    pub fn backward_tolerance(&self) -> core::time::Duration {
+        core::time::Duration::from_nanos(self.params.backward_tolerance_ns())
+    }
+
+    /// The length of one tick, the bucket's time resolution.
+    pub fn tick(&self) -> core::time::Duration {
+        core::time::Duration::from_nanos(self.params.tick_ns())
+    }
+
+    /// The clock the bucket reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// Asks for one token.
+    #[inline]
+    pub fn check(&self) -> Decision {
+        self.run(1)
+    }
+
+    /// Asks for `n` tokens, all or nothing; `n = 0` peeks.
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if `n` exceeds the burst.
+    #[inline]
+    pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        if n > self.params.burst {
+            return Err(InsufficientCapacity {
+                requested: n,
+                burst: self.params.burst,
+            });
+        }
+        Ok(self.run(n))
+    }
+
+    /// One clock read, then one load and (when the request passes) one CAS. `n <= burst`.
+    #[inline]
+    fn run(&self, n: u32) -> Decision {
+        let now = self.clock.now();
+        let resolution = self.clock.resolution();
+        // A denial decided on a stale word stands for any later word too: later words hold no
+        // more tokens at any given time (admissions only take, refills are capped the same way).
+        self.word.update(
+            |word| match token_bucket_math::decide(word, now, n, &self.params) {
+                Outcome::Deny { figures } => {
+                    Step::Keep(Decision::new(false, resolution, Detail::Bucket(figures)))
+                }
+                Outcome::Allow { figures, .. } if n == 0 => {
+                    Step::Keep(Decision::new(true, resolution, Detail::Bucket(figures)))
+                }
+                Outcome::Allow { word, figures } => Step::Store(
+                    word,
+                    Decision::new(true, resolution, Detail::Bucket(figures)),
+                ),
+            },
+        )
+    }
+}
+
+impl<C: Clock> RateLimiter for TokenBucket<C> {
+    #[inline]
+    fn check(&self) -> Decision {
+        TokenBucket::check(self)
+    }
+
+    #[inline]
+    fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        TokenBucket::check_n(self, n)
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+}

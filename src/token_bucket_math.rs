@@ -1,0 +1,393 @@
+//! The packed token bucket as pure arithmetic: old word and a clock reading in, new word and a
+//! verdict out.
+//!
+//! # Layout of the state word
+//!
+//! The word is split where the quota needs it: the token field is just wide enough for
+//! `burst × UNIT`, and the stamp takes every bit left, so small bursts get a long stamp cycle.
+//!
+//! | bits                     | name   | meaning |
+//! |--------------------------|--------|---------|
+//! | `0 .. token_bits`        | tokens | unsigned fixed point with [`FRAC_BITS`] fraction bits: [`UNIT`] = one token |
+//! | `token_bits .. 64`       | stamp  | tick of the last refill, modulo `2^stamp_bits` |
+//!
+//! `token_bits` is the bit length of `burst × UNIT`: from 11 (burst 1) to [`MAX_TOKEN_BITS`] = 31
+//! (burst `2^21 - 1`); `stamp_bits = 64 - token_bits`, from 53 down to 33.
+//!
+//! A tick is `2^shift` ns. `shift` is the largest with `tick <= period / UNIT` (so one tick refills
+//! at most one unit: the time resolution matches the token resolution), raised if needed until a
+//! full refill takes at most `2^stamp_bits / 16` ticks ([`FILL_FRACTION_BITS`]), so that the stamp
+//! cycle is always at least sixteen fill times long.
+//!
+//! # Refill without drift
+//!
+//! The refill between ticks `a < b` is `units(b) - units(a)`, where `units(t) = floor(t × rate)`
+//! on the *absolute* tick number and `rate` is the refill per tick as a 64-bit fixed-point fraction
+//! rounded down. Because the floors are taken on absolute ticks, the refills of successive checks
+//! add up to `units(last) - units(first)`: a fraction that does not make a whole unit yet is not
+//! lost, it shows up at a later check. Polling every nanosecond refills exactly as much as polling
+//! once.
+//!
+//! # Never ahead of exact time
+//!
+//! Counting on a grid keeps the fraction of a unit accrued since the last grid point. That is
+//! right while the bucket is below its cap, but when a refill reaches the cap the exact bucket
+//! drops that fraction along with the excess, at the exact nanosecond. So whenever a refill reaches
+//! the cap, at creation, and when a full bucket is taken from before its stamp, the stamp moves to
+//! the first tick whose whole units reach the exact position of that nanosecond
+//! ([`BucketParams::rephase`]). Against the exact nanosecond model the bucket then never leads, and
+//! trails by less than two units and a tick: it never admits a request the exact model would
+//! refuse. The proof is in `docs/design.md`.
+//!
+//! # Clock steps and the idle horizon
+//!
+//! The elapsed ticks `e = (now_tick - stamp) mod 2^stamp_bits` are read as a step forward when
+//! `e < 3/4` of the cycle (the *idle horizon*), and as a clock that stepped back otherwise (up to a
+//! quarter cycle, the *backward tolerance*): then nothing is refilled and the stamp is kept, so
+//! the time is not counted twice when the clock comes back. `docs/design.md` has the numbers and
+//! what happens past either bound.
+
+use crate::Quota;
+
+/// Fraction bits of the token count: tokens are counted in 1/1024ths.
+pub(crate) const FRAC_BITS: u32 = 10;
+/// One token in fixed point.
+pub(crate) const UNIT: u64 = 1 << FRAC_BITS;
+/// The widest token field: 21 integer bits for `Quota::MAX_BURST`, and [`FRAC_BITS`].
+pub(crate) const MAX_TOKEN_BITS: u32 = 31;
+/// A full refill takes at most `2^-FILL_FRACTION_BITS` of the stamp cycle.
+pub(crate) const FILL_FRACTION_BITS: u32 = 4;
+/// Fraction bits of the per-tick refill rate.
+const RATE_FRAC: u32 = 53;
+
+/// A quota in token-bucket terms, with its word layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BucketParams {
+    /// log2 of the tick in ns.
+    pub(crate) shift: u32,
+    /// Units refilled per tick, fixed point with [`RATE_FRAC`] fraction bits, rounded down.
+    pub(crate) rate: u64,
+    /// `burst × UNIT`.
+    pub(crate) cap: u64,
+    /// The most tokens one request may take.
+    pub(crate) burst: u32,
+    /// Width of the token field; the stamp field is the other `64 - token_bits`.
+    pub(crate) token_bits: u32,
+}
+
+impl BucketParams {
+    pub(crate) const fn new(quota: &Quota) -> BucketParams {
+        let (token, scale) = quota.period_fraction();
+        let cap = quota.burst() as u64 * UNIT;
+        let token_bits = u64::BITS - cap.leading_zeros();
+        // Quota::MAX_BURST keeps the token field within MAX_TOKEN_BITS (and the stamp >= 33 bits).
+        debug_assert!(token_bits <= MAX_TOKEN_BITS);
+        let stamp_bits = 64 - token_bits;
+        // The period is token/scale ns; the largest power-of-two tick of at most period/UNIT.
+        let per_unit = UNIT as u128 * scale as u128;
+        let mut shift = 0;
+        while (per_unit << (shift + 1)) <= token as u128 {
+            shift += 1;
+        }
+        // A full refill, burst × period ns, must take at most 2^(stamp_bits - 4) ticks.
+        let fill_ns = quota.burst() as u128 * token as u128 / scale as u128;
+        while (fill_ns >> shift) > (1u128 << (stamp_bits - FILL_FRACTION_BITS)) {
+            shift += 1;
+        }
+        // rate = UNIT × 2^shift × scale / token units per tick, times 2^RATE_FRAC, rounded down.
+        // At most UNIT × 2^RATE_FRAC = 2^63 when the tick is one period; saturate beyond (a tick
+        // coarsened past the period, possible only for windows near Quota::MAX_WINDOW).
+        let rate = (per_unit << (shift + RATE_FRAC)) / token as u128;
+        let rate = if rate > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            rate as u64
+        };
+        BucketParams {
+            shift,
+            rate,
+            cap,
+            burst: quota.burst(),
+            token_bits,
+        }
+    }
+
+    #[inline]
+    const fn stamp_bits(&self) -> u32 {
+        64 - self.token_bits
+    }
+
+    #[inline]
+    const fn stamp_mask(&self) -> u64 {
+        u64::MAX >> self.token_bits
+    }
+
+    #[inline]
+    const fn token_mask(&self) -> u64 {
+        (1 << self.token_bits) - 1
+    }
+
+    /// Elapsed readings at or above this many ticks are a clock that stepped back.
+    #[inline]
+    const fn backward_from(&self) -> u64 {
+        3 << (self.stamp_bits() - 2)
+    }
+
+    /// Units refilled from tick 0 to `tick`, rounded down.
+    #[inline]
+    pub(crate) const fn units(&self, tick: u64) -> u128 {
+        (tick as u128 * self.rate as u128) >> RATE_FRAC
+    }
+
+    /// Puts a stamp (ticks, any width) and a token count into one word.
+    #[inline]
+    pub(crate) const fn pack(&self, stamp: u64, tokens: u64) -> u64 {
+        ((stamp & self.stamp_mask()) << self.token_bits) | (tokens & self.token_mask())
+    }
+
+    /// Takes a word apart into (stamp, tokens).
+    #[inline]
+    pub(crate) const fn unpack(&self, word: u64) -> (u64, u64) {
+        (word >> self.token_bits, word & self.token_mask())
+    }
+
+    /// The first state word at `now_ns`: full (see [`BucketParams::rephase`]).
+    pub(crate) const fn full(&self, now_ns: u64) -> u64 {
+        self.pack(self.rephase(now_ns), self.cap)
+    }
+
+    /// The exact refill position at `now_ns`: `now × rate / tick`, in units with [`RATE_FRAC`]
+    /// fraction bits (a tick count would round `now` down to the tick).
+    #[inline]
+    const fn position(&self, now_ns: u64) -> u128 {
+        (now_ns as u128 * self.rate as u128) >> self.shift
+    }
+
+    /// Where to count refills from once the bucket is full at `now_ns`: the first tick whose whole
+    /// unit count has reached the exact position at `now_ns`. The exact bucket drops everything
+    /// accrued before the instant it is full; a grid that kept the part of a unit accrued since its
+    /// last whole unit (or since the start of the tick) would run ahead of it. The rate is at least
+    /// half a unit per tick and the gap under one unit plus one tick, so the loop runs at most
+    /// three times (bounded at four regardless).
+    #[inline]
+    pub(crate) const fn rephase(&self, now_ns: u64) -> u64 {
+        let target = self.position(now_ns);
+        let mut tick = now_ns >> self.shift;
+        let mut tries = 0;
+        while (self.units(tick) << RATE_FRAC) < target && tries < 4 {
+            tick = tick.wrapping_add(1);
+            tries += 1;
+        }
+        tick
+    }
+
+    /// The tick length in ns.
+    pub(crate) const fn tick_ns(&self) -> u64 {
+        1 << self.shift
+    }
+
+    /// How long an idle stays readable, in ns (saturating): 3/4 of the stamp cycle.
+    pub(crate) const fn idle_horizon_ns(&self) -> u64 {
+        let ns = (self.backward_from() as u128) << self.shift;
+        if ns > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            ns as u64
+        }
+    }
+
+    /// The largest backwards clock step told apart from a long idle, in ns (saturating).
+    pub(crate) const fn backward_tolerance_ns(&self) -> u64 {
+        let ns = (1u128 << (self.stamp_bits() - 2)) << self.shift;
+        if ns > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            ns as u64
+        }
+    }
+}
+
+/// What a decision needs to answer `remaining`, `retry_after` and `reset_after` later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BucketFigures {
+    now_ns: u64,
+    /// The absolute tick from which refills count.
+    base: u64,
+    /// Units held at `base`, after this decision.
+    tokens: u64,
+    /// Units this request lacked (0 when allowed).
+    need: u64,
+    params: BucketParams,
+}
+
+impl BucketFigures {
+    pub(crate) fn remaining(&self) -> u64 {
+        self.tokens >> FRAC_BITS
+    }
+
+    /// Nanoseconds from `now_ns` until the refill since `base` reaches `more` units.
+    fn ns_until(&self, more: u64) -> u64 {
+        if more == 0 {
+            return 0;
+        }
+        let p = &self.params;
+        let target = p.units(self.base) + more as u128;
+        // The first tick k with floor(k × rate / 2^RATE_FRAC) >= target.
+        let k = (target << RATE_FRAC).div_ceil(p.rate as u128);
+        let at = k.checked_shl(p.shift).unwrap_or(u128::MAX);
+        let wait = at.saturating_sub(self.now_ns as u128);
+        u64::try_from(wait).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn wait_ns(&self) -> u64 {
+        self.ns_until(self.need)
+    }
+
+    pub(crate) fn reset_ns(&self) -> u64 {
+        self.ns_until(self.params.cap.saturating_sub(self.tokens))
+    }
+}
+
+/// What one step decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Store `word`.
+    Allow { word: u64, figures: BucketFigures },
+    /// Store nothing.
+    Deny { figures: BucketFigures },
+}
+
+/// One token-bucket step for `n <= burst` tokens at `now_ns`.
+#[inline]
+pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> Outcome {
+    let (stamp, tokens) = p.unpack(word);
+    let now_tick = now_ns >> p.shift;
+    let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
+    // Did the clock step back behind the stamp? Then refill nothing and keep the stamp.
+    let (base, held, stamp) = if elapsed >= p.backward_from() {
+        let behind = p.stamp_mask() - elapsed + 1;
+        let stamp_abs = now_tick.wrapping_add(behind);
+        // Refills count from a stamp still ahead (set when the bucket was last full, or before the
+        // clock stepped back). Still full? Then a take re-anchors at the exact position of now, if
+        // that is later than the stamp, as the exact bucket restarts its refill at the take.
+        let from = p.rephase(now_ns);
+        if tokens == p.cap && from.wrapping_sub(now_tick) > behind {
+            (from, tokens, from)
+        } else {
+            (stamp_abs, tokens, stamp)
+        }
+    } else {
+        // elapsed <= now_tick: the stamp was a reading of this clock, so not before tick 0.
+        let stamp_abs = now_tick - elapsed;
+        // At most elapsed × UNIT + 1 < 2^63: fits.
+        let refill = (p.units(now_tick) - p.units(stamp_abs)) as u64;
+        // Does the refill reach the cap? Then the excess is dropped, and so must be the part of a
+        // unit already accrued on the tick grid, or the bucket would run ahead of exact time:
+        // count the next refill from the next unit boundary (a stamp in the future reads as "no
+        // refill yet" above).
+        if refill < p.cap - tokens {
+            (now_tick, tokens + refill, now_tick)
+        } else {
+            let from = p.rephase(now_ns);
+            (from, p.cap, from)
+        }
+    };
+    let cost = n as u64 * UNIT;
+    if held >= cost {
+        Outcome::Allow {
+            word: p.pack(stamp, held - cost),
+            figures: BucketFigures {
+                now_ns,
+                base,
+                tokens: held - cost,
+                need: 0,
+                params: *p,
+            },
+        }
+    } else {
+        Outcome::Deny {
+            figures: BucketFigures {
+                now_ns,
+                base,
+                tokens: held,
+                need: cost - held,
+                params: *p,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::time::Duration;
+
+    #[test]
+    fn layout_round_trips() {
+        for burst in [1, 10, 1000, Quota::MAX_BURST] {
+            let p = BucketParams::new(&Quota::per_second(1).with_burst(burst));
+            let stamp_max = u64::MAX >> p.token_bits;
+            for (s, t) in [
+                (0, 0),
+                (stamp_max, p.cap),
+                (12345, p.cap / 3),
+                (stamp_max / 2, 7),
+            ] {
+                assert_eq!(p.unpack(p.pack(s, t)), (s, t), "burst {burst}");
+            }
+        }
+    }
+
+    #[test]
+    fn field_widths_follow_the_burst() {
+        assert_eq!(BucketParams::new(&Quota::per_second(1)).token_bits, 11);
+        assert_eq!(BucketParams::new(&Quota::per_second(10)).token_bits, 14);
+        let max = BucketParams::new(&Quota::per_second(1000).with_burst(Quota::MAX_BURST));
+        assert_eq!(max.token_bits, MAX_TOKEN_BITS);
+    }
+
+    #[test]
+    fn tick_is_at_most_a_unit() {
+        let one_per_sec = BucketParams::new(&Quota::per_second(1));
+        // 2^19 ns = 524 µs <= 1 s / 1024 = 976 µs < 2^20 ns.
+        assert_eq!(one_per_sec.shift, 19);
+        let fast = BucketParams::new(&Quota::per_second(7_000_000));
+        assert_eq!(fast.shift, 0);
+        let century = BucketParams::new(&Quota::with_period(Duration::from_secs(3_153_600_000)));
+        assert!(century.units(1) <= 1);
+    }
+
+    #[test]
+    fn rephase_lands_on_the_first_tick_at_or_past_the_exact_position() {
+        for q in [
+            Quota::per_second(1),
+            Quota::per_second(3),
+            Quota::per_second(7_000_000),
+        ] {
+            let p = BucketParams::new(&q);
+            for now in [0u64, 1, 2, 3, 1000, 123_456_789, 1 << 40, 1 << 60] {
+                let to = p.rephase(now);
+                let tick = now >> p.shift;
+                assert!(to >= tick && to - tick <= 3, "{q:?} {now}");
+                // The unit count at the new stamp has reached the exact position ...
+                assert!(p.units(to) << RATE_FRAC >= p.position(now), "{q:?} {now}");
+                // ... and no earlier tick would do.
+                if to > tick {
+                    assert!(
+                        p.units(to - 1) << RATE_FRAC < p.position(now),
+                        "{q:?} {now}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn big_bursts_coarsen_the_tick_to_keep_sixteen_fills_per_cycle() {
+        let q = Quota::per_second(1000).with_burst(1 << 20);
+        let p = BucketParams::new(&q);
+        let fill_ticks = q.fill_time().as_nanos() >> p.shift;
+        assert!(fill_ticks <= 1u128 << (p.stamp_bits() - FILL_FRACTION_BITS));
+        assert!(p.idle_horizon_ns() >= 16 * 3 / 4 * q.fill_time().as_nanos() as u64);
+    }
+}

@@ -1,0 +1,151 @@
+//! The exact reference model and helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use atomic_limiter::Quota;
+
+/// The quota semantics with exact rational arithmetic, written independently of the crate's maths:
+/// tokens are `num / per_ns` (an `i128` numerator), refilled by `elapsed × rate` per ns and capped
+/// at `burst × per_ns`. Time only moves forward in the model: a reading earlier than the last one
+/// counts as no time passing.
+#[derive(Debug, Clone)]
+pub struct Model {
+    rate: i128,
+    per: i128,
+    burst: i128,
+    num: i128,
+    last: u64,
+}
+
+/// What the model says of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelDecision {
+    pub allowed: bool,
+    pub remaining: u64,
+    pub retry_ns: u64,
+    pub reset_ns: u64,
+}
+
+fn ceil_div(a: i128, b: i128) -> u64 {
+    if a <= 0 {
+        0
+    } else {
+        u64::try_from((a + b - 1) / b).unwrap_or(u64::MAX)
+    }
+}
+
+impl Model {
+    pub fn new(q: &Quota, now: u64) -> Model {
+        let per = q.per().as_nanos() as i128;
+        Model {
+            rate: q.rate() as i128,
+            per,
+            burst: q.burst() as i128,
+            num: q.burst() as i128 * per,
+            last: now,
+        }
+    }
+
+    fn cap(&self) -> i128 {
+        self.burst * self.per
+    }
+
+    pub fn refill(&mut self, now: u64) {
+        if now > self.last {
+            let add = (now - self.last) as i128 * self.rate;
+            self.num = (self.num + add).min(self.cap());
+            self.last = now;
+        }
+    }
+
+    /// Exact tokens held at `now` as (numerator, denominator), after refilling.
+    pub fn tokens_at(&mut self, now: u64) -> (i128, i128) {
+        self.refill(now);
+        (self.num, self.per)
+    }
+
+    fn figures(&self, allowed: bool, n: u32) -> ModelDecision {
+        let want = n as i128 * self.per;
+        ModelDecision {
+            allowed,
+            remaining: if self.num <= 0 {
+                0
+            } else {
+                (self.num / self.per) as u64
+            },
+            retry_ns: if allowed {
+                0
+            } else {
+                ceil_div(want - self.num, self.rate)
+            },
+            reset_ns: ceil_div(self.cap() - self.num, self.rate),
+        }
+    }
+
+    /// The model's own decision for `n <= burst` tokens at `now`.
+    pub fn check(&mut self, now: u64, n: u32) -> ModelDecision {
+        self.refill(now);
+        let want = n as i128 * self.per;
+        let allowed = self.num >= want;
+        if allowed {
+            self.num -= want;
+        }
+        self.figures(allowed, n)
+    }
+
+    /// Applies a decision someone else made (used to follow the token bucket where it may differ
+    /// within its resolution), and returns the model's figures afterwards.
+    pub fn apply(&mut self, now: u64, n: u32, allowed: bool) -> ModelDecision {
+        self.refill(now);
+        if allowed {
+            self.num -= n as i128 * self.per;
+        }
+        self.figures(allowed, n)
+    }
+
+    /// Most tokens a correct limiter may have admitted by `now` since `start`:
+    /// `burst + floor(elapsed × rate / per)`.
+    pub fn admission_bound(q: &Quota, start: u64, now: u64) -> u128 {
+        let elapsed = now.saturating_sub(start) as u128;
+        q.burst() as u128 + elapsed * q.rate() as u128 / q.per().as_nanos()
+    }
+}
+
+/// The token bucket's documented resolution, as time: it trails the exact model by less than two
+/// units (1/1024 of a period each) and one tick, and never leads it.
+pub fn bucket_lag_ns(q: &Quota, tick_ns: u64) -> u64 {
+    let (p, s) = q.period_fraction();
+    tick_ns + (2 * p).div_ceil(1024 * s)
+}
+
+/// Whether the bucket may refuse `n` tokens while the exact count is `num/den` (`den` = the
+/// quota's interval in ns): only when the exact count exceeds `n` by less than its lag.
+pub fn bucket_may_refuse(num: i128, den: i128, n: u32, q: &Quota, tick_ns: u64) -> bool {
+    num - n as i128 * den < bucket_lag_ns(q, tick_ns) as i128 * q.rate() as i128
+}
+
+/// The bucket's slack on waits, in ns: its lag, plus one tick for rounding a wait to a tick
+/// boundary.
+pub fn bucket_wait_slack(q: &Quota, tick_ns: u64) -> u64 {
+    bucket_lag_ns(q, tick_ns) + tick_ns
+}
+
+/// Interesting quotas: whole, fractional and extreme periods.
+pub fn sample_quotas() -> Vec<Quota> {
+    use std::time::Duration;
+    let s = Duration::from_secs(1);
+    let mut v = vec![
+        Quota::per_second(1),
+        Quota::per_second(3),
+        Quota::per_second(7_000_000).with_burst(20),
+        Quota::per_second(1_000_000_000).with_burst(64),
+        Quota::per_second(100).with_burst(10),
+        Quota::per_minute(7),
+        Quota::with_period(Duration::from_millis(10)),
+        Quota::try_new(3, s, 1).unwrap(),
+        Quota::try_new(256, Duration::from_nanos(1_000_001), 5).unwrap(),
+        Quota::try_new(1, Duration::from_secs(100 * 365 * 86_400), 1).unwrap(),
+        Quota::try_new(1_000, s, 1 << 20).unwrap(),
+    ];
+    v.push(Quota::per_hour(3).with_burst(2));
+    v
+}
