@@ -110,14 +110,34 @@ impl<C: Clock> Gcra<C> {
     #[inline]
     fn run(&self, n: u32) -> Decision {
         let now = self.params.units(self.clock.now());
-        // A denial decided on a stale (earlier, smaller) TAT stands for any later value too, since
-        // admissions only move the TAT forward; so keeping the word is final.
-        self.tat
-            .update(|tat| match gcra_math::decide(tat, now, n, &self.params) {
-                Outcome::Deny { after, wait } => Step::Keep(self.decision(false, after, wait)),
-                Outcome::Allow { after, .. } if n == 0 => Step::Keep(self.decision(true, after, 0)),
-                Outcome::Allow { tat, after } => Step::Store(tat, self.decision(true, after, 0)),
-            })
+        self.tat.update(self.step(now, n))
+    }
+
+    /// The GCRA step at `now` (GCRA units) for `n` tokens, as `StateCell` runs it. A denial decided
+    /// on a stale (earlier, smaller) TAT stands for any later value too, since admissions only move
+    /// the TAT forward; so keeping the word is final.
+    #[inline]
+    fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Decision> + '_ {
+        move |tat| match gcra_math::decide(tat, now, n, &self.params) {
+            Outcome::Deny { after, wait } => Step::Keep(self.decision(false, after, wait)),
+            Outcome::Allow { after, .. } if n == 0 => Step::Keep(self.decision(true, after, 0)),
+            Outcome::Allow { tat, after } => Step::Store(tat, self.decision(true, after, 0)),
+        }
+    }
+
+    /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    pub fn loom_broken_check_n(&self, n: u32) -> Decision {
+        let now = self.params.units(self.clock.now());
+        self.tat.update_racy(self.step(now, n))
+    }
+
+    /// For the loom models: the raw state word.
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    pub fn loom_state(&self) -> u64 {
+        self.tat.load()
     }
 
     #[inline]
@@ -149,5 +169,25 @@ impl<C: Clock> RateLimiter for Gcra<C> {
 
     fn quota(&self) -> &Quota {
         &self.quota
+    }
+}
+
+#[cfg(all(test, not(atomic_limiter_loom)))]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    /// Four threads on a frozen clock take exactly the burst (through the CAS retry path).
+    #[test]
+    fn threads_on_a_frozen_clock_take_exactly_the_burst() {
+        let burst = if cfg!(miri) { 6 } else { 1000 };
+        let limiter = Gcra::with_clock(Quota::per_second(1).with_burst(burst), ManualClock::new());
+        let admitted: u32 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..burst).filter(|_| limiter.check().is_allowed()).count()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap() as u32).sum()
+        });
+        assert_eq!(admitted, burst);
     }
 }

@@ -61,6 +61,28 @@ impl StateCell {
         }
     }
 
+    /// The deliberately broken twin of [`StateCell::update`], for the loom models' teeth only:
+    /// the same step, but a load and then a plain store, no CAS. Loom must find the lost update.
+    #[cfg(atomic_limiter_loom)]
+    pub(crate) fn update_racy<T>(&self, step: impl Fn(u64) -> Step<T>) -> T {
+        // Relaxed: this variant is wrong on purpose; the ordering is not what breaks it.
+        let current = self.word.load(Ordering::Relaxed);
+        match step(current) {
+            Step::Keep(answer) => answer,
+            Step::Store(new, answer) => {
+                self.word.store(new, Ordering::Relaxed);
+                answer
+            }
+        }
+    }
+
+    /// The current word, for the loom models.
+    #[cfg(atomic_limiter_loom)]
+    pub(crate) fn load(&self) -> u64 {
+        // Relaxed: a snapshot of one location.
+        self.word.load(Ordering::Relaxed)
+    }
+
     /// The slow path: decide again on the value another thread left, until a CAS holds.
     #[cold]
     #[inline(never)]
@@ -82,5 +104,35 @@ impl StateCell {
                 }
             }
         }
+    }
+}
+
+#[cfg(all(test, not(atomic_limiter_loom)))]
+mod tests {
+    use super::*;
+
+    /// Every thread's increments land, through contention and (under Miri) spurious CAS failures.
+    #[test]
+    fn concurrent_updates_are_not_lost() {
+        let per_thread = if cfg!(miri) { 20 } else { 10_000 };
+        let cell = StateCell::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..per_thread {
+                        cell.update(|v| Step::Store(v + 1, ()));
+                    }
+                });
+            }
+        });
+        assert_eq!(cell.update(Step::Keep), 4 * per_thread);
+    }
+
+    /// A step that keeps the word never writes, even when it is retried.
+    #[test]
+    fn kept_steps_return_without_writing() {
+        let cell = StateCell::new(7);
+        assert_eq!(cell.update(|v| Step::<u64>::Keep(v * 2)), 14);
+        assert_eq!(cell.update(Step::Keep), 7);
     }
 }

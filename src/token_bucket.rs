@@ -128,24 +128,41 @@ impl<C: Clock> TokenBucket<C> {
     /// One clock read, then one load and (when the request passes) one CAS. `n <= burst`.
     #[inline]
     fn run(&self, n: u32) -> Decision {
-        let now = self.clock.now();
+        self.word.update(self.step(self.clock.now(), n))
+    }
+
+    /// The bucket step at `now` (ns) for `n` tokens, as `StateCell` runs it. A denial decided on a
+    /// stale word stands for any later word too: later words hold no more tokens at any given
+    /// time (admissions only take, refills are capped the same way).
+    #[inline]
+    fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Decision> + '_ {
         let resolution = self.clock.resolution();
-        // A denial decided on a stale word stands for any later word too: later words hold no
-        // more tokens at any given time (admissions only take, refills are capped the same way).
-        self.word.update(
-            |word| match token_bucket_math::decide(word, now, n, &self.params) {
-                Outcome::Deny { figures } => {
-                    Step::Keep(Decision::new(false, resolution, Detail::Bucket(figures)))
-                }
-                Outcome::Allow { figures, .. } if n == 0 => {
-                    Step::Keep(Decision::new(true, resolution, Detail::Bucket(figures)))
-                }
-                Outcome::Allow { word, figures } => Step::Store(
-                    word,
-                    Decision::new(true, resolution, Detail::Bucket(figures)),
-                ),
-            },
-        )
+        move |word| match token_bucket_math::decide(word, now, n, &self.params) {
+            Outcome::Deny { figures } => {
+                Step::Keep(Decision::new(false, resolution, Detail::Bucket(figures)))
+            }
+            Outcome::Allow { figures, .. } if n == 0 => {
+                Step::Keep(Decision::new(true, resolution, Detail::Bucket(figures)))
+            }
+            Outcome::Allow { word, figures } => Step::Store(
+                word,
+                Decision::new(true, resolution, Detail::Bucket(figures)),
+            ),
+        }
+    }
+
+    /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    pub fn loom_broken_check_n(&self, n: u32) -> Decision {
+        self.word.update_racy(self.step(self.clock.now(), n))
+    }
+
+    /// For the loom models: the raw state word.
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    pub fn loom_state(&self) -> u64 {
+        self.word.load()
     }
 }
 
@@ -162,5 +179,26 @@ impl<C: Clock> RateLimiter for TokenBucket<C> {
 
     fn quota(&self) -> &Quota {
         &self.quota
+    }
+}
+
+#[cfg(all(test, not(atomic_limiter_loom)))]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    /// Four threads on a frozen clock take exactly the burst (through the CAS retry path).
+    #[test]
+    fn threads_on_a_frozen_clock_take_exactly_the_burst() {
+        let burst = if cfg!(miri) { 6 } else { 1000 };
+        let bucket =
+            TokenBucket::with_clock(Quota::per_second(1).with_burst(burst), ManualClock::new());
+        let admitted: u32 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..burst).filter(|_| bucket.check().is_allowed()).count()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap() as u32).sum()
+        });
+        assert_eq!(admitted, burst);
     }
 }

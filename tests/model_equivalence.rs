@@ -56,7 +56,10 @@ fn quota_and_ops() -> impl Strategy<Value = (Quota, u64, Vec<Op>)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    // 512 cases by default; PROPTEST_CASES=N for a longer campaign.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)
+    ))]
 
     /// GCRA and its mutex twin agree with the exact model on every decision and every figure.
     #[test]
