@@ -106,7 +106,7 @@ impl Decision {
             return Duration::ZERO;
         }
         let ns = match self.detail {
-            Detail::Time { wait, scale, .. } => wait.div_ceil(scale),
+            Detail::Time { wait, scale, .. } => units_to_ns(wait, scale),
             Detail::Bucket(b) => b.wait_ns(),
             Detail::Eager { retry_ns, .. } => retry_ns,
         };
@@ -117,11 +117,21 @@ impl Decision {
     /// resolution.
     pub fn reset_after(&self) -> Duration {
         let ns = match self.detail {
-            Detail::Time { after, scale, .. } => after.div_ceil(scale),
+            Detail::Time { after, scale, .. } => units_to_ns(after, scale),
             Detail::Bucket(b) => b.reset_ns(),
             Detail::Eager { reset_ns, .. } => reset_ns,
         };
         Duration::from_nanos(round_up(ns, self.resolution))
+    }
+}
+
+/// GCRA units to whole nanoseconds, rounded up; no division for whole-nanosecond periods.
+#[inline]
+fn units_to_ns(units: u64, scale: u64) -> u64 {
+    if scale == 1 {
+        units
+    } else {
+        units.div_ceil(scale)
     }
 }
 

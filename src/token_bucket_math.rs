@@ -73,6 +73,9 @@ pub(crate) struct BucketParams {
     pub(crate) burst: u32,
     /// Width of the token field; the stamp field is the other `64 - token_bits`.
     pub(crate) token_bits: u32,
+    /// The most the whole-unit refill can trail the exact refill by, in units: under one unit of
+    /// rounding plus one tick's refill (`ceil(rate) + 1`).
+    pub(crate) grid_lag: u64,
 }
 
 impl BucketParams {
@@ -109,6 +112,7 @@ impl BucketParams {
             cap,
             burst: quota.burst(),
             token_bits,
+            grid_lag: (rate >> RATE_FRAC) + 2,
         }
     }
 
@@ -157,10 +161,17 @@ impl BucketParams {
     }
 
     /// The exact refill position at `now_ns`: `now × rate / tick`, in units with [`RATE_FRAC`]
-    /// fraction bits (a tick count would round `now` down to the tick).
+    /// fraction bits, rounded down (a tick count would round `now` down to the whole tick).
     #[inline]
     const fn position(&self, now_ns: u64) -> u128 {
         (now_ns as u128 * self.rate as u128) >> self.shift
+    }
+
+    /// [`BucketParams::position`] rounded up, for re-phasing: a stamp must not sit a hair before
+    /// the exact instant.
+    #[inline]
+    const fn position_up(&self, now_ns: u64) -> u128 {
+        (now_ns as u128 * self.rate as u128).div_ceil(1 << self.shift)
     }
 
     /// Where to count refills from once the bucket is full at `now_ns`: the first tick whose whole
@@ -171,7 +182,7 @@ impl BucketParams {
     /// three times (bounded at four regardless).
     #[inline]
     pub(crate) const fn rephase(&self, now_ns: u64) -> u64 {
-        let target = self.position(now_ns);
+        let target = self.position_up(now_ns);
         let mut tick = now_ns >> self.shift;
         let mut tries = 0;
         while (self.units(tick) << RATE_FRAC) < target && tries < 4 {
@@ -231,12 +242,42 @@ impl BucketFigures {
             return 0;
         }
         let p = &self.params;
-        let target = p.units(self.base) + more as u128;
-        // The first tick k with floor(k × rate / 2^RATE_FRAC) >= target.
-        let k = (target << RATE_FRAC).div_ceil(p.rate as u128);
-        let at = k.checked_shl(p.shift).unwrap_or(u128::MAX);
+        // The first tick k with floor(k × rate / 2^RATE_FRAC) >= units(base) + more: k = base +
+        // ceil((more × 2^RATE_FRAC - accrued) / rate), where `accrued` is the fraction of a unit
+        // already on the grid at `base`.
+        let accrued = (self.base as u128 * p.rate as u128) & ((1 << RATE_FRAC) - 1);
+        let numerator = ((more as u128) << RATE_FRAC) - accrued;
+        let ticks = match u64::try_from(numerator) {
+            // Up to 2^11 units (two tokens): a 64-bit division, the common case.
+            Ok(n) => n.div_ceil(p.rate) as u128,
+            Err(_) => numerator.div_ceil(p.rate as u128),
+        };
+        let k = self.base as u128 + ticks;
+        let mut at = k.checked_shl(p.shift).unwrap_or(u128::MAX);
+        // A request that needs the bucket full passes as soon as the *exact* refill reaches the cap
+        // (see `decide`), which can be before the grid gets there.
+        if self.tokens + more >= p.cap {
+            at = at.min(self.exact_cap_at(accrued));
+        }
         let wait = at.saturating_sub(self.now_ns as u128);
         u64::try_from(wait).unwrap_or(u64::MAX)
+    }
+
+    /// The first nanosecond at which the exact refill since `base` fills the bucket (never before
+    /// `base` itself, where refills start): the least `t` with
+    /// `tokens + position(t) - units(base) >= cap`, i.e. `t × rate >= (units(base) + cap - tokens)
+    /// × 2^(RATE_FRAC + shift)`, computed relative to `base` to stay inside 128 bits.
+    fn exact_cap_at(&self, accrued: u128) -> u128 {
+        let p = &self.params;
+        let rate = p.rate as u128;
+        // Units (fixed point) still to accrue after the base tick's own position.
+        let missing = ((p.cap - self.tokens) as u128) << RATE_FRAC;
+        let missing = missing.saturating_sub(accrued);
+        // ceil(missing × 2^shift / rate), split so that no product leaves 128 bits.
+        let (q, r) = (missing / rate, missing % rate);
+        let rel = (q << p.shift) + ((r << p.shift).div_ceil(rate));
+        let base_ns = (self.base as u128) << p.shift;
+        base_ns + rel
     }
 
     pub(crate) fn wait_ns(&self) -> u64 {
@@ -280,14 +321,22 @@ pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> 
         // elapsed <= now_tick: the stamp was a reading of this clock, so not before tick 0.
         let stamp_abs = now_tick - elapsed;
         // At most elapsed × UNIT + 1 < 2^63: fits.
-        let refill = (p.units(now_tick) - p.units(stamp_abs)) as u64;
-        // Does the refill reach the cap? Then the excess is dropped, and so must be the part of a
-        // unit already accrued on the tick grid, or the bucket would run ahead of exact time:
-        // count the next refill from the next unit boundary (a stamp in the future reads as "no
-        // refill yet" above).
-        if refill < p.cap - tokens {
+        let from_units = p.units(stamp_abs);
+        let refill = (p.units(now_tick) - from_units) as u64;
+        // Far from the cap (further below than the grid can trail the exact refill)? Then the
+        // whole-unit refill is all there is to it.
+        if refill + p.grid_lag < p.cap - tokens {
+            (now_tick, tokens + refill, now_tick)
+        } else if ((tokens as u128) << RATE_FRAC) + p.position(now_ns) - (from_units << RATE_FRAC)
+            < (p.cap as u128) << RATE_FRAC
+        {
+            // Near the cap, but the exact refill has not reached it: count on.
             (now_tick, tokens + refill, now_tick)
         } else {
+            // The exact bucket is full: it drops the excess and everything accrued before this
+            // nanosecond, so must the grid, or it would run ahead of exact time: count the next
+            // refill from the first tick at or past the exact position (a stamp in the future
+            // reads as "no refill yet" above).
             let from = p.rephase(now_ns);
             (from, p.cap, from)
         }

@@ -1,0 +1,334 @@
+//! The limiters and floors the benchmarks measure, shared by `benches/limiters.rs` (criterion) and
+//! `examples/compare.rs` (the side-by-side table). Each subject is a closure that runs `iters`
+//! checks in a loop monomorphised for its limiter, so dispatch costs one indirect call per batch,
+//! not per check.
+#![allow(dead_code)]
+
+use atomic_limiter::baseline::{BaselineLock, MutexGcra, MutexTokenBucket, TextbookBucket};
+use atomic_limiter::{CoarseClock, Gcra, QuantaClock, Quota, RateLimiter, TokenBucket};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// parking_lot's mutex as a baseline lock.
+pub struct PlMutex<T>(parking_lot::Mutex<T>);
+
+impl<T> BaselineLock<T> for PlMutex<T> {
+    fn new(value: T) -> Self {
+        PlMutex(parking_lot::Mutex::new(value))
+    }
+    fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        f(&mut self.0.lock())
+    }
+}
+
+/// Who wrote it, for the ratios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A lock-free limiter of this crate.
+    Ours,
+    /// A mutex baseline of this crate.
+    Mutex,
+    /// Another crate.
+    Peer,
+    /// Not a limiter: a cost the hot path is made of.
+    Floor,
+}
+
+/// Runs `iters` operations and returns how many were admitted.
+pub type Run = Box<dyn Fn(u64) -> u64 + Send + Sync>;
+
+/// One thing to time.
+pub struct Subject {
+    /// Its label in tables and criterion ids.
+    pub name: &'static str,
+    /// Whose it is.
+    pub kind: Kind,
+    /// Runs `iters` operations; returns how many were admitted (for limiters).
+    pub run: Run,
+}
+
+fn subject(
+    name: &'static str,
+    kind: Kind,
+    run: impl Fn(u64) -> u64 + Send + Sync + 'static,
+) -> Subject {
+    Subject {
+        name,
+        kind,
+        run: Box::new(run),
+    }
+}
+
+fn allow_loop<L: RateLimiter + Send + Sync + 'static>(
+    name: &'static str,
+    kind: Kind,
+    l: L,
+) -> Subject {
+    subject(name, kind, move |iters| {
+        let mut ok = 0;
+        for _ in 0..iters {
+            ok += black_box(&l).check().is_allowed() as u64;
+        }
+        ok
+    })
+}
+
+fn deny_loop<L: RateLimiter + Send + Sync + 'static>(
+    name: &'static str,
+    kind: Kind,
+    l: L,
+    read_retry: bool,
+) -> Subject {
+    let _ = l.check(); // drain the one token
+    subject(name, kind, move |iters| {
+        let mut ok = 0;
+        for _ in 0..iters {
+            let d = black_box(&l).check();
+            if read_retry {
+                // The caller reads the retry-after, as a 429 response does.
+                black_box(d.retry_after());
+            }
+            ok += d.is_allowed() as u64;
+        }
+        ok
+    })
+}
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).unwrap()
+}
+
+/// A quota nothing hits: 10^9/s, the largest burst.
+pub fn open_quota() -> Quota {
+    Quota::per_second(1_000_000_000).with_burst(Quota::MAX_BURST)
+}
+
+/// The costs a check is made of.
+pub fn floors() -> Vec<Subject> {
+    let quanta = quanta::Clock::new();
+    let q2 = quanta.clone();
+    let q3 = quanta.clone();
+    let ours = QuantaClock::new();
+    let coarse = CoarseClock::new();
+    vec![
+        subject("quanta Clock::now", Kind::Floor, move |iters| {
+            for _ in 0..iters {
+                black_box(quanta.now());
+            }
+            0
+        }),
+        subject("quanta Clock::raw", Kind::Floor, move |iters| {
+            for _ in 0..iters {
+                black_box(q2.raw());
+            }
+            0
+        }),
+        subject("quanta Clock::recent", Kind::Floor, move |iters| {
+            for _ in 0..iters {
+                black_box(q3.recent());
+            }
+            0
+        }),
+        subject("QuantaClock::now", Kind::Floor, move |iters| {
+            use atomic_limiter::Clock;
+            for _ in 0..iters {
+                black_box(ours.now());
+            }
+            0
+        }),
+        subject("CoarseClock::now", Kind::Floor, move |iters| {
+            use atomic_limiter::Clock;
+            for _ in 0..iters {
+                black_box(coarse.now());
+            }
+            0
+        }),
+        subject("std Instant::now", Kind::Floor, |iters| {
+            for _ in 0..iters {
+                black_box(Instant::now());
+            }
+            0
+        }),
+        subject("uncontended compare_exchange", Kind::Floor, |iters| {
+            let word = AtomicU64::new(0);
+            for i in 0..iters {
+                let _ = black_box(&word).compare_exchange(
+                    i,
+                    i + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+            }
+            0
+        }),
+    ]
+}
+
+/// Every limiter on the allow path (a quota so large that nothing is denied).
+pub fn allow_subjects() -> Vec<Subject> {
+    let q = open_quota();
+    let gov_q = governor::Quota::per_second(nz(1_000_000_000));
+    vec![
+        allow_loop("Gcra", Kind::Ours, Gcra::new(q)),
+        allow_loop("TokenBucket", Kind::Ours, TokenBucket::new(q)),
+        allow_loop(
+            "MutexTokenBucket (std)",
+            Kind::Mutex,
+            MutexTokenBucket::<QuantaClock>::new(q),
+        ),
+        allow_loop(
+            "MutexTokenBucket (parking_lot)",
+            Kind::Mutex,
+            MutexTokenBucket::<QuantaClock, PlMutex<TextbookBucket>>::new(q),
+        ),
+        allow_loop(
+            "MutexGcra (std)",
+            Kind::Mutex,
+            MutexGcra::<QuantaClock>::new(q),
+        ),
+        {
+            let g = governor::RateLimiter::direct(gov_q);
+            subject("governor check", Kind::Peer, move |iters| {
+                let mut ok = 0;
+                for _ in 0..iters {
+                    ok += black_box(&g).check().is_ok() as u64;
+                }
+                ok
+            })
+        },
+        {
+            let g = governor::RateLimiter::direct(gov_q);
+            subject("governor check_n(1)", Kind::Peer, move |iters| {
+                let mut ok = 0;
+                for _ in 0..iters {
+                    ok += matches!(black_box(&g).check_n(nz(1)), Ok(Ok(()))) as u64;
+                }
+                ok
+            })
+        },
+        {
+            let r = ratelimit::Ratelimiter::builder(1_000_000_000)
+                .max_tokens(1_000_000_000)
+                .initial_available(1_000_000_000)
+                .build()
+                .unwrap();
+            subject("ratelimit try_wait", Kind::Peer, move |iters| {
+                let mut ok = 0;
+                for _ in 0..iters {
+                    ok += black_box(&r).try_wait().is_ok() as u64;
+                }
+                ok
+            })
+        },
+    ]
+}
+
+/// Every limiter on the deny path (exhausted: one per hour, drained). With `read_retry`, the
+/// caller also reads when to retry from each denial (governor needs a second clock read for it).
+pub fn deny_subjects(read_retry: bool) -> Vec<Subject> {
+    let q = Quota::per_hour(1);
+    let gov_q = governor::Quota::per_hour(nz(1));
+    let mut v = vec![
+        deny_loop("Gcra", Kind::Ours, Gcra::new(q), read_retry),
+        deny_loop(
+            "Gcra + CoarseClock",
+            Kind::Ours,
+            Gcra::with_clock(q, CoarseClock::new()),
+            read_retry,
+        ),
+        deny_loop("TokenBucket", Kind::Ours, TokenBucket::new(q), read_retry),
+        deny_loop(
+            "TokenBucket + CoarseClock",
+            Kind::Ours,
+            TokenBucket::with_clock(q, CoarseClock::new()),
+            read_retry,
+        ),
+        deny_loop(
+            "MutexTokenBucket (std)",
+            Kind::Mutex,
+            MutexTokenBucket::<QuantaClock>::new(q),
+            read_retry,
+        ),
+    ];
+    if read_retry {
+        use governor::clock::Clock as _;
+        let g = governor::RateLimiter::direct(gov_q);
+        let clock = governor::clock::DefaultClock::default();
+        let _ = g.check();
+        v.push(subject(
+            "governor check + wait_time_from",
+            Kind::Peer,
+            move |iters| {
+                let mut ok = 0;
+                for _ in 0..iters {
+                    match black_box(&g).check() {
+                        Ok(()) => ok += 1,
+                        Err(not_until) => {
+                            black_box(not_until.wait_time_from(clock.now()));
+                        }
+                    }
+                }
+                ok
+            },
+        ));
+    } else {
+        let g = governor::RateLimiter::direct(gov_q);
+        let _ = g.check();
+        v.push(subject("governor check", Kind::Peer, move |iters| {
+            let mut ok = 0;
+            for _ in 0..iters {
+                ok += black_box(&g).check().is_ok() as u64;
+            }
+            ok
+        }));
+    }
+    let r = ratelimit::Ratelimiter::builder(1)
+        .period(Duration::from_secs(3600))
+        .max_tokens(1)
+        .initial_available(0)
+        .build()
+        .unwrap();
+    // ratelimit computes its wait on every denial, read or not.
+    v.push(subject("ratelimit try_wait", Kind::Peer, move |iters| {
+        let mut ok = 0;
+        for _ in 0..iters {
+            match black_box(&r).try_wait() {
+                Ok(()) => ok += 1,
+                Err(e) => {
+                    black_box(e);
+                }
+            }
+        }
+        ok
+    }));
+    v
+}
+
+/// Times `iters` operations of `s` on `threads` threads at once (each doing `iters`); returns the
+/// wall time.
+pub fn run_threads(s: &Subject, threads: usize, iters: u64) -> Duration {
+    if threads == 1 {
+        let t = Instant::now();
+        black_box((s.run)(iters));
+        return t.elapsed();
+    }
+    let barrier = std::sync::Barrier::new(threads + 1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    black_box((s.run)(iters));
+                })
+            })
+            .collect();
+        barrier.wait();
+        let t = Instant::now();
+        for h in handles {
+            h.join().unwrap();
+        }
+        t.elapsed()
+    })
+}
