@@ -188,6 +188,15 @@ pub fn allow_subjects() -> Vec<Subject> {
             Kind::Mutex,
             MutexGcra::<QuantaClock>::new(q),
         ),
+        // The textbook exactly as the articles write it: the OS monotonic clock under the lock.
+        allow_loop(
+            "MutexTokenBucket (std, Instant)",
+            Kind::Mutex,
+            MutexTokenBucket::<atomic_limiter::StdClock>::with_clock(
+                q,
+                atomic_limiter::StdClock::new(),
+            ),
+        ),
         {
             let g = governor::RateLimiter::direct(gov_q);
             subject("governor check", Kind::Peer, move |iters| {

@@ -160,33 +160,34 @@ impl BucketParams {
         self.pack(self.rephase(now_ns), self.cap)
     }
 
-    /// The exact refill position at `now_ns`: `now × rate / tick`, in units with [`RATE_FRAC`]
-    /// fraction bits, rounded down (a tick count would round `now` down to the whole tick).
-    #[inline]
-    const fn position(&self, now_ns: u64) -> u128 {
-        (now_ns as u128 * self.rate as u128) >> self.shift
-    }
-
-    /// [`BucketParams::position`] rounded up, for re-phasing: a stamp must not sit a hair before
-    /// the exact instant.
-    #[inline]
-    const fn position_up(&self, now_ns: u64) -> u128 {
-        (now_ns as u128 * self.rate as u128).div_ceil(1 << self.shift)
-    }
-
     /// Where to count refills from once the bucket is full at `now_ns`: the first tick whose whole
-    /// unit count has reached the exact position at `now_ns`. The exact bucket drops everything
-    /// accrued before the instant it is full; a grid that kept the part of a unit accrued since its
-    /// last whole unit (or since the start of the tick) would run ahead of it. The rate is at least
-    /// half a unit per tick and the gap under one unit plus one tick, so the loop runs at most
-    /// three times (bounded at four regardless).
+    /// unit count has reached the exact refill position `now × rate / tick`, rounded up. The exact
+    /// bucket drops everything accrued before the instant it is full; a grid that kept the part of
+    /// a unit accrued since its last whole unit (or since the start of the tick) would run ahead
+    /// of it.
     #[inline]
     pub(crate) const fn rephase(&self, now_ns: u64) -> u64 {
-        let target = self.position_up(now_ns);
-        let mut tick = now_ns >> self.shift;
+        let tick = now_ns >> self.shift;
+        self.rephase_from(
+            tick,
+            tick as u128 * self.rate as u128,
+            now_ns as u128 * self.rate as u128,
+        )
+    }
+
+    /// [`BucketParams::rephase`] with the products already at hand: `at_tick = tick × rate` and
+    /// `exact = now_ns × rate` (so the exact position is `exact / 2^shift`). Walks forward by
+    /// adding `rate`, no multiply: the gap is under one unit plus one tick and a tick adds at least
+    /// half a unit, so it stops within three steps (bounded at four regardless).
+    #[inline]
+    const fn rephase_from(&self, mut tick: u64, mut at_tick: u128, exact: u128) -> u64 {
+        // Rounded up, by shifting: the product is below 2^127, so the addition cannot overflow.
+        let target = (exact + ((1 << self.shift) - 1)) >> self.shift;
+        let whole = !((1u128 << RATE_FRAC) - 1);
         let mut tries = 0;
-        while (self.units(tick) << RATE_FRAC) < target && tries < 4 {
+        while at_tick & whole < target && tries < 4 {
             tick = tick.wrapping_add(1);
+            at_tick += self.rate as u128;
             tries += 1;
         }
         tick
@@ -321,24 +322,29 @@ pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> 
         // elapsed <= now_tick: the stamp was a reading of this clock, so not before tick 0.
         let stamp_abs = now_tick - elapsed;
         // At most elapsed × UNIT + 1 < 2^63: fits.
+        let at_now = now_tick as u128 * p.rate as u128;
         let from_units = p.units(stamp_abs);
-        let refill = (p.units(now_tick) - from_units) as u64;
+        let refill = ((at_now >> RATE_FRAC) - from_units) as u64;
         // Far from the cap (further below than the grid can trail the exact refill)? Then the
         // whole-unit refill is all there is to it.
         if refill + p.grid_lag < p.cap - tokens {
             (now_tick, tokens + refill, now_tick)
-        } else if ((tokens as u128) << RATE_FRAC) + p.position(now_ns) - (from_units << RATE_FRAC)
-            < (p.cap as u128) << RATE_FRAC
-        {
-            // Near the cap, but the exact refill has not reached it: count on.
-            (now_tick, tokens + refill, now_tick)
         } else {
-            // The exact bucket is full: it drops the excess and everything accrued before this
-            // nanosecond, so must the grid, or it would run ahead of exact time: count the next
-            // refill from the first tick at or past the exact position (a stamp in the future
-            // reads as "no refill yet" above).
-            let from = p.rephase(now_ns);
-            (from, p.cap, from)
+            // Near the cap: is the *exact* bucket full? (Surely, if the grid already is.)
+            let exact = now_ns as u128 * p.rate as u128;
+            let full = refill >= p.cap - tokens
+                || ((tokens as u128) << RATE_FRAC) + (exact >> p.shift) - (from_units << RATE_FRAC)
+                    >= (p.cap as u128) << RATE_FRAC;
+            if full {
+                // It drops the excess and everything accrued before this nanosecond; so must the
+                // grid, or it would run ahead of exact time: count the next refill from the first
+                // tick at or past the exact position (a stamp in the future reads as "no refill
+                // yet" above).
+                let from = p.rephase_from(now_tick, at_now, exact);
+                (from, p.cap, from)
+            } else {
+                (now_tick, tokens + refill, now_tick)
+            }
         }
     };
     let cost = n as u64 * UNIT;
@@ -418,12 +424,17 @@ mod tests {
                 let to = p.rephase(now);
                 let tick = now >> p.shift;
                 assert!(to >= tick && to - tick <= 3, "{q:?} {now}");
-                // The unit count at the new stamp has reached the exact position ...
-                assert!(p.units(to) << RATE_FRAC >= p.position(now), "{q:?} {now}");
+                // The unit count at the new stamp has reached the exact position (rounded up) ...
+                assert!(
+                    p.units(to) << RATE_FRAC
+                        >= (now as u128 * p.rate as u128).div_ceil(1 << p.shift),
+                    "{q:?} {now}"
+                );
                 // ... and no earlier tick would do.
                 if to > tick {
                     assert!(
-                        p.units(to - 1) << RATE_FRAC < p.position(now),
+                        p.units(to - 1) << RATE_FRAC
+                            < (now as u128 * p.rate as u128).div_ceil(1 << p.shift),
                         "{q:?} {now}"
                     );
                 }

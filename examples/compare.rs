@@ -1,0 +1,768 @@
+//! Side by side on this machine: what a lock-free check costs next to a mutex and next to governor
+//! and ratelimit, and how accurate each is. Runs in well under 30 seconds.
+//!
+//! `cargo run --release --example compare [-- --json] [-- --svg docs/throughput.svg] [-- --quick]`
+//!
+//! Method: every measurement is repeated, the repetitions of all subjects interleaved (subject A,
+//! B, C, then A, B, C again ...) so that drift in the machine hits all of them alike; the table shows
+//! the median and the spread (min to max). Ratios are taken per repetition between subjects measured
+//! back to back, then the median of those.
+
+#[path = "../benches/subjects.rs"]
+mod subjects;
+
+use atomic_limiter::baseline::MutexTokenBucket;
+use atomic_limiter::{Gcra, ManualClock, Quota, RateLimiter, TokenBucket};
+use std::fmt::Write as _;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use subjects::{Kind, Subject, allow_subjects, deny_subjects, floors, run_threads};
+
+struct Options {
+    json: bool,
+    svg: Option<String>,
+    quick: bool,
+}
+
+fn options() -> Options {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut o = Options {
+        json: false,
+        svg: None,
+        quick: false,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--json" => o.json = true,
+            "--quick" => o.quick = true,
+            "--svg" => {
+                i += 1;
+                o.svg = args.get(i).cloned();
+            }
+            other => {
+                eprintln!("unknown argument {other}; expected --json, --svg FILE, --quick");
+                std::process::exit(2);
+            }
+        }
+        i += 1;
+    }
+    o
+}
+
+/// Samples of one subject, in ns per operation (or Mops/s for throughput).
+struct Series {
+    name: &'static str,
+    kind: Kind,
+    samples: Vec<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn spread(v: &[f64]) -> (f64, f64) {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(0.0, f64::max);
+    (min, max)
+}
+
+/// Iterations that take about `target` on one thread.
+fn calibrate(s: &Subject, target: Duration) -> u64 {
+    let mut iters = 1_000u64;
+    loop {
+        let t = run_threads(s, 1, iters);
+        if t >= target / 8 || iters >= 1 << 30 {
+            let per = t.as_secs_f64() / iters as f64;
+            return ((target.as_secs_f64() / per) as u64).max(1_000);
+        }
+        iters *= 4;
+    }
+}
+
+/// ns per operation on one thread, `reps` interleaved repetitions.
+fn single(subjects: &[Subject], reps: usize, target: Duration) -> Vec<Series> {
+    let iters: Vec<u64> = subjects.iter().map(|s| calibrate(s, target)).collect();
+    let mut out: Vec<Series> = subjects
+        .iter()
+        .map(|s| Series {
+            name: s.name,
+            kind: s.kind,
+            samples: vec![],
+        })
+        .collect();
+    for _ in 0..reps {
+        for (i, s) in subjects.iter().enumerate() {
+            let t = run_threads(s, 1, iters[i]);
+            out[i].samples.push(t.as_nanos() as f64 / iters[i] as f64);
+        }
+    }
+    out
+}
+
+/// Total Mops/s with `threads` threads on one limiter, `reps` interleaved repetitions.
+fn contended(subjects: &[Subject], threads: usize, reps: usize, target: Duration) -> Vec<Series> {
+    let iters: Vec<u64> = subjects
+        .iter()
+        .map(|s| (calibrate(s, target) / threads as u64).max(1_000))
+        .collect();
+    let mut out: Vec<Series> = subjects
+        .iter()
+        .map(|s| Series {
+            name: s.name,
+            kind: s.kind,
+            samples: vec![],
+        })
+        .collect();
+    for _ in 0..reps {
+        for (i, s) in subjects.iter().enumerate() {
+            let t = run_threads(s, threads, iters[i]);
+            let ops = (iters[i] * threads as u64) as f64;
+            out[i].samples.push(ops / t.as_secs_f64() / 1e6);
+        }
+    }
+    out
+}
+
+fn find<'a>(v: &'a [Series], name: &str) -> &'a Series {
+    v.iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no subject {name}"))
+}
+
+/// Median over repetitions of `num[rep] / den[rep]`.
+fn ratio(num: &Series, den: &Series) -> f64 {
+    let r: Vec<f64> = num
+        .samples
+        .iter()
+        .zip(&den.samples)
+        .map(|(a, b)| a / b)
+        .collect();
+    median(&r)
+}
+
+struct Target {
+    what: String,
+    ratio: f64,
+    goal: String,
+    met: bool,
+}
+
+fn target(what: &str, ratio: f64, at_most: Option<f64>, at_least: Option<f64>) -> Target {
+    let (goal, met) = match (at_most, at_least) {
+        (Some(m), _) => (format!("<= {m}"), ratio <= m),
+        (_, Some(m)) => (format!(">= {m}"), ratio >= m),
+        _ => (String::new(), true),
+    };
+    Target {
+        what: what.to_string(),
+        ratio,
+        goal,
+        met,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accuracy on simulated clocks.
+
+/// A ratelimit clock driven by hand.
+#[derive(Clone, Default)]
+struct SimClock(Arc<AtomicU64>);
+
+impl ratelimit::Clock for SimClock {
+    fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// One limiter on a simulated clock: `check()` and "advance the clock by ns".
+trait Sim {
+    fn check(&mut self) -> Result<(), Duration>;
+    fn advance(&mut self, ns: u64);
+}
+
+struct OursSim<L> {
+    l: L,
+    clock: ManualClock,
+}
+
+impl<L: RateLimiter> Sim for OursSim<L> {
+    fn check(&mut self) -> Result<(), Duration> {
+        let d = self.l.check();
+        if d.is_allowed() {
+            Ok(())
+        } else {
+            Err(d.retry_after())
+        }
+    }
+    fn advance(&mut self, ns: u64) {
+        self.clock.advance_nanos(ns);
+    }
+}
+
+struct GovSim {
+    l: governor::RateLimiter<
+        governor::state::NotKeyed,
+        governor::state::InMemoryState,
+        governor::clock::FakeRelativeClock,
+        governor::middleware::NoOpMiddleware<governor::nanos::Nanos>,
+    >,
+    clock: governor::clock::FakeRelativeClock,
+}
+
+impl Sim for GovSim {
+    fn check(&mut self) -> Result<(), Duration> {
+        use governor::clock::Clock as _;
+        self.l
+            .check()
+            .map_err(|nu| nu.wait_time_from(self.clock.now()))
+    }
+    fn advance(&mut self, ns: u64) {
+        self.clock.advance(Duration::from_nanos(ns));
+    }
+}
+
+struct RlSim {
+    l: ratelimit::Ratelimiter<SimClock>,
+    clock: SimClock,
+}
+
+impl Sim for RlSim {
+    fn check(&mut self) -> Result<(), Duration> {
+        match self.l.try_wait() {
+            Ok(()) => Ok(()),
+            Err(ratelimit::TryWaitError::Insufficient(d)) => Err(d),
+            Err(_) => Err(Duration::MAX),
+        }
+    }
+    fn advance(&mut self, ns: u64) {
+        self.clock.0.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).unwrap()
+}
+
+/// Every limiter for `rate` per second with `burst`, on simulated clocks at 0.
+fn sims(rate: u32, burst: u32) -> Vec<(&'static str, Box<dyn Sim>)> {
+    let q = Quota::per_second(u64::from(rate)).with_burst(burst);
+    let gov_clock = governor::clock::FakeRelativeClock::default();
+    let rl_clock = SimClock::default();
+    let mk = |clock: &ManualClock| clock.clone();
+    let c1 = ManualClock::new();
+    let c2 = ManualClock::new();
+    let c3 = ManualClock::new();
+    vec![
+        (
+            "Gcra",
+            Box::new(OursSim {
+                l: Gcra::with_clock(q, mk(&c1)),
+                clock: c1,
+            }) as Box<dyn Sim>,
+        ),
+        (
+            "TokenBucket",
+            Box::new(OursSim {
+                l: TokenBucket::with_clock(q, mk(&c2)),
+                clock: c2,
+            }),
+        ),
+        (
+            "MutexTokenBucket",
+            Box::new(OursSim {
+                l: MutexTokenBucket::<_>::with_clock(q, mk(&c3)),
+                clock: c3,
+            }),
+        ),
+        (
+            "governor",
+            Box::new(GovSim {
+                l: governor::RateLimiter::direct_with_clock(
+                    governor::Quota::per_second(nz(rate)).allow_burst(nz(burst)),
+                    gov_clock.clone(),
+                ),
+                clock: gov_clock,
+            }),
+        ),
+        (
+            "ratelimit",
+            Box::new(RlSim {
+                l: ratelimit::Builder::with_clock(u64::from(rate), rl_clock.clone())
+                    .max_tokens(u64::from(burst))
+                    .initial_available(u64::from(burst))
+                    .build()
+                    .unwrap(),
+                clock: rl_clock,
+            }),
+        ),
+    ]
+}
+
+struct Accuracy {
+    scenario: String,
+    ideal: u64,
+    admitted: Vec<(&'static str, u64)>,
+}
+
+/// What the exact quota admits on the same polls: tokens as an exact fraction (numerator over
+/// 10^9), refilled by `elapsed × rate`, capped at the burst.
+fn exact_admissions(rate: u32, burst: u32, step: u64, span: u64) -> u64 {
+    let (rate, cap, one) = (
+        u128::from(rate),
+        u128::from(burst) * 1_000_000_000,
+        1_000_000_000u128,
+    );
+    let (mut num, mut n, mut t) = (cap, 0, 0);
+    while t < span {
+        if num >= one {
+            num -= one;
+            n += 1;
+        }
+        num = (num + u128::from(step) * rate).min(cap);
+        t += step;
+    }
+    n
+}
+
+/// Polls every `step` ns for `span` ns; counts admissions against what the exact quota admits on
+/// the same polls.
+fn admitted_vs_ideal(rate: u32, burst: u32, step: u64, span: u64) -> Accuracy {
+    let ideal = exact_admissions(rate, burst, step, span);
+    let mut admitted = vec![];
+    for (name, mut sim) in sims(rate, burst) {
+        let mut n = 0;
+        let mut t = 0;
+        while t < span {
+            n += sim.check().is_ok() as u64;
+            sim.advance(step);
+            t += step;
+        }
+        admitted.push((name, n));
+    }
+    Accuracy {
+        scenario: format!(
+            "{rate}/s, burst {burst}, polled every {step} ns for {} s",
+            span as f64 / 1e9
+        ),
+        ideal,
+        admitted,
+    }
+}
+
+/// Share of advertised waits that earn a second denial when waited exactly, over `trials`.
+fn retry_honesty(trials: u32) -> Vec<(&'static str, u32, u32)> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let rates = [3u32, 7, 30, 100, 1000, 3_000_000, 7_000_000];
+    let mut refused: Vec<(&'static str, u32, u32)> = vec![];
+    for trial in 0..trials {
+        let rate = rates[trial as usize % rates.len()];
+        let burst = 1 + (rnd() % 4) as u32;
+        let lead = rnd() % 3_000_000_000 / u64::from(rate).max(1);
+        for (i, (name, mut sim)) in sims(rate, burst).into_iter().enumerate() {
+            if refused.len() <= i {
+                refused.push((name, 0, 0));
+            }
+            sim.advance(lead);
+            // Drain, then ask once more: denied, with a wait.
+            let mut wait = None;
+            for _ in 0..=burst + 1 {
+                if let Err(w) = sim.check() {
+                    wait = Some(w);
+                    break;
+                }
+            }
+            let Some(w) = wait else { continue };
+            sim.advance(u64::try_from(w.as_nanos()).unwrap_or(u64::MAX / 2));
+            refused[i].2 += 1;
+            if sim.check().is_err() {
+                refused[i].1 += 1;
+            }
+        }
+    }
+    refused
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output.
+
+fn table(title: &str, unit: &str, rows: &[Series]) -> String {
+    let mut s = format!("\n{title}\n");
+    let _ = writeln!(
+        s,
+        "  {:<34} {:>10} {:>22}",
+        "",
+        format!("median {unit}"),
+        "spread (min..max)"
+    );
+    for r in rows {
+        let (lo, hi) = spread(&r.samples);
+        let _ = writeln!(
+            s,
+            "  {:<34} {:>10.2} {:>22}",
+            r.name,
+            median(&r.samples),
+            format!("{lo:.2}..{hi:.2}")
+        );
+    }
+    s
+}
+
+fn json_series(rows: &[Series]) -> String {
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let (lo, hi) = spread(&r.samples);
+            format!(
+                "{{\"name\":\"{}\",\"kind\":\"{:?}\",\"median\":{:.3},\"min\":{:.3},\"max\":{:.3}}}",
+                r.name,
+                r.kind,
+                median(&r.samples),
+                lo,
+                hi
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+fn svg(threads: &[usize], rows: &[(usize, Vec<Series>)]) -> String {
+    let (w, h, left, right, top, bottom) = (720.0, 440.0, 70.0, 250.0, 30.0, 50.0);
+    let names: Vec<&str> = rows[0].1.iter().map(|s| s.name).collect();
+    let max = rows
+        .iter()
+        .flat_map(|(_, v)| v.iter().map(|s| median(&s.samples)))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let x = |i: usize| left + (w - left - right) * i as f64 / (threads.len().max(2) - 1) as f64;
+    let y = |v: f64| top + (h - top - bottom) * (1.0 - v / max);
+    let colors = [
+        "#1b9e77", "#66a61e", "#d95f02", "#e6ab02", "#7570b3", "#a6761d", "#e7298a", "#666666",
+        "#1f78b4",
+    ];
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"{left}\" y=\"18\" font-size=\"14\">Total throughput on one limiter (Mops/s, median) by threads</text>"
+    );
+    let _ = writeln!(
+        s,
+        "<line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>",
+        h - bottom,
+        w - right,
+        h - bottom
+    );
+    let _ = writeln!(
+        s,
+        "<line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>",
+        h - bottom
+    );
+    for k in 0..=5 {
+        let v = max * k as f64 / 5.0;
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{v:.0}</text>",
+            left - 6.0,
+            y(v) + 4.0
+        );
+        let _ = writeln!(
+            s,
+            "<line x1=\"{left}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"#ddd\"/>",
+            y(v),
+            w - right
+        );
+    }
+    for (i, t) in threads.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{t}</text>",
+            x(i),
+            h - bottom + 18.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">threads</text>",
+        (left + w - right) / 2.0,
+        h - 10.0
+    );
+    for (j, name) in names.iter().enumerate() {
+        let c = colors[j % colors.len()];
+        let pts: Vec<String> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (_, v))| format!("{:.1},{:.1}", x(i), y(median(&find(v, name).samples))))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>",
+            pts.join(" ")
+        );
+        let ly = top + 16.0 * j as f64;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"3\" fill=\"{c}\"/>",
+            w - right + 12.0,
+            ly + 5.0
+        );
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\">{name}</text>",
+            w - right + 30.0,
+            ly + 10.0
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn main() {
+    let o = options();
+    let started = Instant::now();
+    let (reps, sample) = if o.quick {
+        (5, Duration::from_millis(4))
+    } else {
+        (9, Duration::from_millis(12))
+    };
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+
+    let floor = single(&floors(), reps, sample);
+    let allow = single(&allow_subjects(), reps, sample);
+    let deny = single(&deny_subjects(false), reps, sample);
+    let deny_retry = single(&deny_subjects(true), reps, sample);
+
+    let threads: Vec<usize> = std::iter::successors(Some(1), |t| Some(t * 2))
+        .take_while(|&t| t <= 2 * cores)
+        .collect();
+    let contended_subjects = allow_subjects();
+    let contended_rows: Vec<(usize, Vec<Series>)> = threads
+        .iter()
+        .map(|&t| {
+            (
+                t,
+                contended(&contended_subjects, t, reps.min(5), sample * 2),
+            )
+        })
+        .collect();
+
+    // The floor and the targets (ratios of medians per repetition, subjects measured back to back).
+    let gcra = find(&allow, "Gcra");
+    let quanta_now = find(&floor, "quanta Clock::now");
+    let targets = vec![
+        target(
+            "Gcra allow / quanta Clock::now",
+            ratio(gcra, quanta_now),
+            Some(1.05),
+            None,
+        ),
+        target(
+            "MutexTokenBucket (std) / Gcra allow, same clock",
+            ratio(find(&allow, "MutexTokenBucket (std)"), gcra),
+            None,
+            Some(4.5),
+        ),
+        target(
+            "MutexTokenBucket (std, Instant) / Gcra allow, as the articles write it",
+            ratio(find(&allow, "MutexTokenBucket (std, Instant)"), gcra),
+            None,
+            Some(4.5),
+        ),
+        target(
+            "Gcra allow / governor check",
+            ratio(gcra, find(&allow, "governor check")),
+            Some(1.0),
+            None,
+        ),
+        target(
+            "Gcra + CoarseClock deny / governor deny",
+            ratio(
+                find(&deny, "Gcra + CoarseClock"),
+                find(&deny, "governor check"),
+            ),
+            Some(0.5),
+            None,
+        ),
+        target(
+            "Gcra deny + retry-after / governor deny + wait_time_from",
+            ratio(
+                find(&deny_retry, "Gcra"),
+                find(&deny_retry, "governor check + wait_time_from"),
+            ),
+            Some(0.6),
+            None,
+        ),
+        target(
+            "TokenBucket allow / Gcra allow",
+            ratio(find(&allow, "TokenBucket"), gcra),
+            None,
+            None,
+        ),
+    ];
+    let contended_ratios: Vec<(usize, f64, f64)> = contended_rows
+        .iter()
+        .map(|(t, v)| {
+            let g = find(v, "Gcra");
+            (
+                *t,
+                ratio(g, find(v, "MutexTokenBucket (std)")),
+                ratio(g, find(v, "governor check")),
+            )
+        })
+        .collect();
+
+    let accuracy = if o.quick {
+        vec![
+            admitted_vs_ideal(1, 1, 1_500, 5_000_000_000),
+            admitted_vs_ideal(7_000_000, 10, 10, 20_000_000),
+        ]
+    } else {
+        vec![
+            admitted_vs_ideal(1, 1, 1_500, 20_000_000_000),
+            admitted_vs_ideal(3_000_000, 10, 10, 100_000_000),
+            admitted_vs_ideal(7_000_000, 10, 10, 100_000_000),
+        ]
+    };
+    let honesty = retry_honesty(if o.quick { 2_000 } else { 20_000 });
+
+    if let Some(path) = &o.svg {
+        std::fs::write(path, svg(&threads, &contended_rows)).expect("write the SVG");
+    }
+
+    if o.json {
+        let mut s = String::from("{");
+        let _ = write!(s, "\"cores\":{cores},\"repetitions\":{reps},");
+        let _ = write!(
+            s,
+            "\"floor_ns\":{},\"allow_ns\":{},",
+            json_series(&floor),
+            json_series(&allow)
+        );
+        let _ = write!(
+            s,
+            "\"deny_ns\":{},\"deny_retry_ns\":{},",
+            json_series(&deny),
+            json_series(&deny_retry)
+        );
+        let c: Vec<String> = contended_rows
+            .iter()
+            .map(|(t, v)| format!("{{\"threads\":{t},\"mops\":{}}}", json_series(v)))
+            .collect();
+        let _ = write!(s, "\"contended\":[{}],", c.join(","));
+        let t: Vec<String> = targets
+            .iter()
+            .map(|t| {
+                format!(
+                    "{{\"what\":\"{}\",\"ratio\":{:.3},\"goal\":\"{}\",\"met\":{}}}",
+                    t.what, t.ratio, t.goal, t.met
+                )
+            })
+            .collect();
+        let _ = write!(s, "\"targets\":[{}],", t.join(","));
+        let a: Vec<String> = accuracy
+            .iter()
+            .map(|a| {
+                let per: Vec<String> = a
+                    .admitted
+                    .iter()
+                    .map(|(n, k)| format!("\"{n}\":{k}"))
+                    .collect();
+                format!(
+                    "{{\"scenario\":\"{}\",\"ideal\":{},\"admitted\":{{{}}}}}",
+                    a.scenario,
+                    a.ideal,
+                    per.join(",")
+                )
+            })
+            .collect();
+        let _ = write!(s, "\"accuracy\":[{}],", a.join(","));
+        let h: Vec<String> = honesty
+            .iter()
+            .map(|(n, r, t)| format!("{{\"name\":\"{n}\",\"refused_again\":{r},\"trials\":{t}}}"))
+            .collect();
+        let _ = write!(s, "\"retry_after_refused_again\":[{}]}}", h.join(","));
+        println!("{s}");
+        return;
+    }
+
+    println!("atomic-limiter compare: {cores} cores, {reps} interleaved repetitions per figure");
+    print!(
+        "{}",
+        table("Floor: what a check is made of", "ns/op", &floor)
+    );
+    print!(
+        "{}",
+        table(
+            "Allow path, one thread (nothing denied)",
+            "ns/check",
+            &allow
+        )
+    );
+    print!("{}", table("Deny path, one thread", "ns/check", &deny));
+    print!(
+        "{}",
+        table(
+            "Deny path, one thread, caller reads the retry-after",
+            "ns/check",
+            &deny_retry
+        )
+    );
+    for (t, v) in &contended_rows {
+        print!(
+            "{}",
+            table(
+                &format!("{t} thread(s) on one limiter: total throughput"),
+                "Mops/s",
+                v
+            )
+        );
+    }
+    println!("\nRatios (median of per-repetition ratios) and the targets");
+    for t in &targets {
+        let verdict = if t.goal.is_empty() {
+            String::new()
+        } else if t.met {
+            format!("met ({})", t.goal)
+        } else {
+            format!("MISSED ({})", t.goal)
+        };
+        println!("  {:<66} {:>6.2}x  {verdict}", t.what, t.ratio);
+    }
+    for (t, m, g) in &contended_ratios {
+        println!(
+            "  {t} thread(s): Gcra / MutexTokenBucket (std) {m:>6.2}x   Gcra / governor {g:>6.2}x  (throughput)"
+        );
+    }
+    println!("\nAccuracy on simulated clocks: admitted against the exact quota on the same polls");
+    for a in &accuracy {
+        println!("  {}: exact {}", a.scenario, a.ideal);
+        for (n, k) in &a.admitted {
+            let diff = (*k as f64 / a.ideal as f64 - 1.0) * 100.0;
+            println!("    {n:<18} {k:>12}  {diff:+.3}%");
+        }
+    }
+    println!("\nRetry-after honesty: waiting exactly the advertised time, share refused again");
+    for (n, r, t) in &honesty {
+        println!(
+            "    {n:<18} {r:>6} of {t:<6} {:.2}%",
+            100.0 * f64::from(*r) / f64::from((*t).max(1))
+        );
+    }
+    println!("\n(done in {:.1} s)", started.elapsed().as_secs_f64());
+}
