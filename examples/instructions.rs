@@ -1,0 +1,59 @@
+//! Runs N allow-path checks of one limiter in a loop that callgrind can isolate: the count of
+//! instructions per check, stable where timings are noisy. Driven by `scripts/instructions.sh`.
+//!
+//! `cargo run --release --example instructions -- <gcra|token-bucket|mutex-bucket|mutex-gcra|governor|quanta-now> [N]`
+
+use atomic_limiter::baseline::{MutexGcra, MutexTokenBucket};
+use atomic_limiter::{Gcra, QuantaClock, Quota, RateLimiter, TokenBucket};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+
+#[inline(never)]
+fn measured_loop<F: FnMut() -> bool>(n: u64, mut check: F) -> u64 {
+    let mut ok = 0;
+    for _ in 0..n {
+        ok += check() as u64;
+    }
+    ok
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let which = args.first().map(String::as_str).unwrap_or("gcra");
+    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let q = Quota::per_second(1_000_000_000).with_burst(Quota::MAX_BURST);
+    let ok = match which {
+        "gcra" => {
+            let l = Gcra::new(q);
+            measured_loop(n, || black_box(&l).check().is_allowed())
+        }
+        "token-bucket" => {
+            let l = TokenBucket::new(q);
+            measured_loop(n, || black_box(&l).check().is_allowed())
+        }
+        "mutex-bucket" => {
+            let l = MutexTokenBucket::<QuantaClock>::new(q);
+            measured_loop(n, || black_box(&l).check().is_allowed())
+        }
+        "mutex-gcra" => {
+            let l = MutexGcra::<QuantaClock>::new(q);
+            measured_loop(n, || black_box(&l).check().is_allowed())
+        }
+        "governor" => {
+            let l = governor::RateLimiter::direct(governor::Quota::per_second(
+                NonZeroU32::new(1_000_000_000).unwrap(),
+            ));
+            measured_loop(n, || black_box(&l).check().is_ok())
+        }
+        "quanta-now" => {
+            let c = quanta::Clock::new();
+            let zero = c.now();
+            measured_loop(n, || black_box(c.now()) != zero)
+        }
+        other => {
+            eprintln!("unknown subject {other}");
+            std::process::exit(2);
+        }
+    };
+    println!("{which}: {ok} of {n} allowed");
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Instructions per allow-path check, counted by callgrind inside `measured_loop` only (the limiter's
+# construction and quanta's calibration are left out). Deterministic for a given binary.
+#
+#   bash scripts/instructions.sh [N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n="${1:-100000}"
+cargo build --release --example instructions >/dev/null
+bin=target/release/examples/instructions
+out=$(mktemp -d)
+printf '| subject | instructions per check |\n|---|---|\n'
+for s in quanta-now gcra token-bucket mutex-gcra mutex-bucket governor; do
+    valgrind --tool=callgrind --callgrind-out-file="$out/$s.out" \
+        --toggle-collect='*measured_loop*' "$bin" "$s" "$n" >/dev/null 2>"$out/$s.err"
+    total=$(grep -E '^(summary|totals):' "$out/$s.out" | head -1 | awk '{print $2}')
+    printf '| %s | %s |\n' "$s" "$(awk -v t="$total" -v n="$n" 'BEGIN { printf "%.1f", t / n }')"
+done
+rm -rf "$out"
