@@ -73,10 +73,12 @@ impl<C: Clock> Gcra<C> {
     }
 
     /// The longest idle, and the largest backwards clock step, that the limiter reads exactly:
-    /// `2^63 / denominator` ns (292 years for whole-nanosecond periods, at least 1.1 years for
-    /// any quota). See `docs/design.md` for what happens beyond it.
+    /// `(2^63 - 1 - window) / denominator` ns, where the window is `burst × period` in units of
+    /// `1/denominator` ns (so about 292 years for whole-nanosecond periods and short windows, and
+    /// at least 1.1 years for any quota). See `docs/design.md` for what happens beyond it.
     pub fn horizon(&self) -> core::time::Duration {
-        core::time::Duration::from_nanos((1u64 << 63) / self.params.scale)
+        let room = (i64::MAX as u64) - self.params.window;
+        core::time::Duration::from_nanos(room / self.params.scale)
     }
 
     /// The clock the limiter reads.

@@ -82,6 +82,30 @@ pub use quota_error::QuotaError;
 pub use rate_limiter::RateLimiter;
 pub use token_bucket::TokenBucket;
 
+/// Internals the fuzz targets check directly (built only under cargo-fuzz's `--cfg fuzzing`).
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzz_api {
+    use crate::Quota;
+    use crate::token_bucket_math::BucketParams;
+
+    /// The token bucket's word layout for `quota`: (token bits, stamp bits, cap in units).
+    pub fn bucket_layout(quota: &Quota) -> (u32, u32, u64) {
+        let p = BucketParams::new(quota);
+        (p.token_bits, 64 - p.token_bits, p.cap)
+    }
+
+    /// Packs (stamp, tokens) the way the token bucket does.
+    pub fn bucket_pack(quota: &Quota, stamp: u64, tokens: u64) -> u64 {
+        BucketParams::new(quota).pack(stamp, tokens)
+    }
+
+    /// Unpacks a token bucket word into (stamp, tokens).
+    pub fn bucket_unpack(quota: &Quota, word: u64) -> (u64, u64) {
+        BucketParams::new(quota).unpack(word)
+    }
+}
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -65,9 +65,10 @@ impl Quota {
 
     /// The largest denominator of the period, in nanoseconds and in lowest terms.
     ///
-    /// GCRA keeps time in units of `1 / denominator` ns in a wrapping `u64`; this bound keeps its
-    /// idle and backwards-step horizon (`2^63 / denominator` ns) above one year.
-    pub const MAX_DENOMINATOR: u64 = 256;
+    /// GCRA keeps time in units of `1 / denominator` ns in a wrapping `u64`; with
+    /// [`Quota::MAX_WINDOW`] this bound keeps its idle and backwards-step horizon,
+    /// `(2^63 - window) / denominator` ns, above one year.
+    pub const MAX_DENOMINATOR: u64 = 128;
 
     /// The longest `burst × period`, in units of `1 / denominator` ns: `2^62` (146 years when the
     /// period is a whole number of nanoseconds).
@@ -186,7 +187,7 @@ impl Quota {
     ///
     /// # Panics
     ///
-    /// If `period` is zero or longer than `u64::MAX` ns.
+    /// If `period` is zero or longer than [`Quota::MAX_WINDOW`] ns (146 years).
     pub const fn with_period(period: Duration) -> Quota {
         Self::unwrap(Self::try_new(1, period, 1))
     }

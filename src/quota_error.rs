@@ -47,7 +47,7 @@ impl QuotaError {
             QuotaError::RateTooHigh => "quota rate exceeds one token per nanosecond",
             QuotaError::PeriodTooLong => "quota period does not fit in u64 nanoseconds",
             QuotaError::InexactPeriod { .. } => {
-                "quota period (per / rate, in ns) has a denominator above Quota::MAX_DENOMINATOR (256); pick a rate that divides the interval more evenly"
+                "quota period (per / rate, in ns) has a denominator above Quota::MAX_DENOMINATOR (128); pick a rate that divides the interval more evenly"
             }
             QuotaError::WindowTooLong => {
                 "quota burst x period is too long to represent (see Quota::MAX_WINDOW)"

@@ -128,7 +128,12 @@ impl BucketParams {
 
     #[inline]
     const fn token_mask(&self) -> u64 {
-        (1 << self.token_bits) - 1
+        #[cfg(not(atomic_limiter_seeded_bug = "layout"))]
+        let width = self.token_bits;
+        // The fuzzers' teeth check: a token field one bit short.
+        #[cfg(atomic_limiter_seeded_bug = "layout")]
+        let width = self.token_bits - 1;
+        (1 << width) - 1
     }
 
     /// Elapsed readings at or above this many ticks are a clock that stepped back.
@@ -140,7 +145,14 @@ impl BucketParams {
     /// Units refilled from tick 0 to `tick`, rounded down.
     #[inline]
     pub(crate) const fn units(&self, tick: u64) -> u128 {
-        (tick as u128 * self.rate as u128) >> RATE_FRAC
+        self.units_wide(tick as u128)
+    }
+
+    /// [`BucketParams::units`] for a tick that may lie past `u64::MAX` (a stamp a few ticks ahead
+    /// of a clock at the end of time); below 2^65 ticks, so the product fits.
+    #[inline]
+    pub(crate) const fn units_wide(&self, tick: u128) -> u128 {
+        (tick * self.rate as u128) >> RATE_FRAC
     }
 
     /// Puts a stamp (ticks, any width) and a token count into one word.
@@ -157,7 +169,8 @@ impl BucketParams {
 
     /// The first state word at `now_ns`: full (see [`BucketParams::rephase`]).
     pub(crate) const fn full(&self, now_ns: u64) -> u64 {
-        self.pack(self.rephase(now_ns), self.cap)
+        // The stamp field keeps the tick modulo its width, as always.
+        self.pack(self.rephase(now_ns) as u64, self.cap)
     }
 
     /// Where to count refills from once the bucket is full at `now_ns`: the first tick whose whole
@@ -166,7 +179,7 @@ impl BucketParams {
     /// a unit accrued since its last whole unit (or since the start of the tick) would run ahead
     /// of it.
     #[inline]
-    pub(crate) const fn rephase(&self, now_ns: u64) -> u64 {
+    pub(crate) const fn rephase(&self, now_ns: u64) -> u128 {
         let tick = now_ns >> self.shift;
         self.rephase_from(
             tick,
@@ -180,13 +193,15 @@ impl BucketParams {
     /// adding `rate`, no multiply: the gap is under one unit plus one tick and a tick adds at least
     /// half a unit, so it stops within three steps (bounded at four regardless).
     #[inline]
-    const fn rephase_from(&self, mut tick: u64, mut at_tick: u128, exact: u128) -> u64 {
+    const fn rephase_from(&self, tick: u64, mut at_tick: u128, exact: u128) -> u128 {
+        // Wide: at the end of time the next unit boundary lies past tick u64::MAX.
+        let mut tick = tick as u128;
         // Rounded up, by shifting: the product is below 2^127, so the addition cannot overflow.
         let target = (exact + ((1 << self.shift) - 1)) >> self.shift;
         let whole = !((1u128 << RATE_FRAC) - 1);
         let mut tries = 0;
         while at_tick & whole < target && tries < 4 {
-            tick = tick.wrapping_add(1);
+            tick += 1;
             at_tick += self.rate as u128;
             tries += 1;
         }
@@ -208,9 +223,11 @@ impl BucketParams {
         }
     }
 
-    /// The largest backwards clock step told apart from a long idle, in ns (saturating).
+    /// The largest backwards clock step told apart from a long idle, in ns (saturating): a
+    /// quarter of the stamp cycle, less the four ticks a re-phased stamp may sit ahead of the
+    /// clock and one tick of rounding.
     pub(crate) const fn backward_tolerance_ns(&self) -> u64 {
-        let ns = (1u128 << (self.stamp_bits() - 2)) << self.shift;
+        let ns = ((1u128 << (self.stamp_bits() - 2)) - 5) << self.shift;
         if ns > u64::MAX as u128 {
             u64::MAX
         } else {
@@ -223,8 +240,8 @@ impl BucketParams {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BucketFigures {
     now_ns: u64,
-    /// The absolute tick from which refills count.
-    base: u64,
+    /// The absolute tick from which refills count (wide: it may lie just past `u64::MAX`).
+    base: u128,
     /// Units held at `base`, after this decision.
     tokens: u64,
     /// Units this request lacked (0 when allowed).
@@ -246,14 +263,14 @@ impl BucketFigures {
         // The first tick k with floor(k × rate / 2^RATE_FRAC) >= units(base) + more: k = base +
         // ceil((more × 2^RATE_FRAC - accrued) / rate), where `accrued` is the fraction of a unit
         // already on the grid at `base`.
-        let accrued = (self.base as u128 * p.rate as u128) & ((1 << RATE_FRAC) - 1);
+        let accrued = (self.base * p.rate as u128) & ((1 << RATE_FRAC) - 1);
         let numerator = ((more as u128) << RATE_FRAC) - accrued;
         let ticks = match u64::try_from(numerator) {
             // Up to 2^11 units (two tokens): a 64-bit division, the common case.
             Ok(n) => n.div_ceil(p.rate) as u128,
             Err(_) => numerator.div_ceil(p.rate as u128),
         };
-        let k = self.base as u128 + ticks;
+        let k = self.base + ticks;
         let mut at = k.checked_shl(p.shift).unwrap_or(u128::MAX);
         // A request that needs the bucket full passes as soon as the *exact* refill reaches the cap
         // (see `decide`), which can be before the grid gets there.
@@ -277,7 +294,7 @@ impl BucketFigures {
         // ceil(missing × 2^shift / rate), split so that no product leaves 128 bits.
         let (q, r) = (missing / rate, missing % rate);
         let rel = (q << p.shift) + ((r << p.shift).div_ceil(rate));
-        let base_ns = (self.base as u128) << p.shift;
+        let base_ns = self.base << p.shift;
         base_ns + rel
     }
 
@@ -308,19 +325,21 @@ pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> 
     // Did the clock step back behind the stamp? Then refill nothing and keep the stamp.
     let (base, held, stamp) = if elapsed >= p.backward_from() {
         let behind = p.stamp_mask() - elapsed + 1;
-        let stamp_abs = now_tick.wrapping_add(behind);
+        let stamp_abs = now_tick as u128 + behind as u128;
         // Refills count from a stamp still ahead (set when the bucket was last full, or before the
         // clock stepped back). Still full? Then a take re-anchors at the exact position of now, if
         // that is later than the stamp, as the exact bucket restarts its refill at the take.
         let from = p.rephase(now_ns);
-        if tokens == p.cap && from.wrapping_sub(now_tick) > behind {
-            (from, tokens, from)
+        if tokens == p.cap && from > stamp_abs {
+            (from, tokens, from as u64)
         } else {
             (stamp_abs, tokens, stamp)
         }
     } else {
-        // elapsed <= now_tick: the stamp was a reading of this clock, so not before tick 0.
-        let stamp_abs = now_tick - elapsed;
+        // elapsed <= now_tick for any stamp this clock could have written; a clock stepped back
+        // further than the backward tolerance can break that (a stamp far ahead read as a long
+        // idle, as documented): count from tick 0 then, rather than underflow.
+        let stamp_abs = now_tick.saturating_sub(elapsed);
         // At most elapsed × UNIT + 1 < 2^63: fits.
         let at_now = now_tick as u128 * p.rate as u128;
         let from_units = p.units(stamp_abs);
@@ -328,7 +347,7 @@ pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> 
         // Far from the cap (further below than the grid can trail the exact refill)? Then the
         // whole-unit refill is all there is to it.
         if refill + p.grid_lag < p.cap - tokens {
-            (now_tick, tokens + refill, now_tick)
+            (now_tick as u128, tokens + refill, now_tick)
         } else {
             // Near the cap: is the *exact* bucket full? (Surely, if the grid already is.)
             let exact = now_ns as u128 * p.rate as u128;
@@ -340,10 +359,15 @@ pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> 
                 // grid, or it would run ahead of exact time: count the next refill from the first
                 // tick at or past the exact position (a stamp in the future reads as "no refill
                 // yet" above).
+                #[cfg(not(atomic_limiter_seeded_bug = "bucket"))]
                 let from = p.rephase_from(now_tick, at_now, exact);
-                (from, p.cap, from)
+                // The fuzzers' teeth check: no re-phase, so the part of a unit accrued on the grid
+                // is kept at the cap (the lead the property tests first found).
+                #[cfg(atomic_limiter_seeded_bug = "bucket")]
+                let from = now_tick as u128;
+                (from, p.cap, from as u64)
             } else {
-                (now_tick, tokens + refill, now_tick)
+                (now_tick as u128, tokens + refill, now_tick)
             }
         }
     };
@@ -420,20 +444,20 @@ mod tests {
             Quota::per_second(7_000_000),
         ] {
             let p = BucketParams::new(&q);
-            for now in [0u64, 1, 2, 3, 1000, 123_456_789, 1 << 40, 1 << 60] {
+            for now in [0u64, 1, 2, 3, 1000, 123_456_789, 1 << 40, 1 << 60, u64::MAX] {
                 let to = p.rephase(now);
-                let tick = now >> p.shift;
+                let tick = (now >> p.shift) as u128;
                 assert!(to >= tick && to - tick <= 3, "{q:?} {now}");
                 // The unit count at the new stamp has reached the exact position (rounded up) ...
                 assert!(
-                    p.units(to) << RATE_FRAC
+                    p.units_wide(to) << RATE_FRAC
                         >= (now as u128 * p.rate as u128).div_ceil(1 << p.shift),
                     "{q:?} {now}"
                 );
                 // ... and no earlier tick would do.
                 if to > tick {
                     assert!(
-                        p.units(to - 1) << RATE_FRAC
+                        p.units_wide(to - 1) << RATE_FRAC
                             < (now as u128 * p.rate as u128).div_ceil(1 << p.shift),
                         "{q:?} {now}"
                     );

@@ -259,3 +259,78 @@ fn time_near_the_end_of_u64() {
         clock.set(u64::MAX - 5_000_000_000);
     }
 }
+
+/// Found by `cargo fuzz run differential` (crash-104abc45): a clock stepped back further than the
+/// bucket's backward tolerance, from near the end of `u64` time, made a stamp ahead of the clock
+/// read as a forward idle longer than the tick count, and `now_tick - elapsed` underflowed. It must
+/// never panic; past the tolerance it reads as a long idle, as documented.
+#[test]
+fn bucket_stamp_beyond_the_backward_tolerance_does_not_panic() {
+    let q = Quota::try_from_nanos(1, 4_280_549_376, 4_294_967_059 % Quota::MAX_BURST + 1).unwrap();
+    let clock = ManualClock::starting_at(18_374_691_977_229_762_559);
+    let bucket = TokenBucket::with_clock(q, clock.clone());
+    clock.advance_nanos(18_446_744_069_414_584_319);
+    clock.rewind(Duration::from_nanos(7_306_357_456_645_743_973));
+    clock.rewind(Duration::from_nanos(3_674_767_307_124_860_261));
+    assert!(bucket.check_n(0).unwrap().is_allowed());
+    let d = bucket.check();
+    let _ = (d.remaining(), d.retry_after(), d.reset_after());
+}
+
+/// Found by `cargo fuzz run differential` (crash-b1a0f0cc): `Gcra::horizon()` claimed
+/// `2^63 / scale` ns and forgot the debt the window already holds, so a step back close to that
+/// "horizon" pushed the debt past 2^63 units, where it reads as a TAT in the past: a full limiter.
+/// The horizon is `(2^63 - 1 - window) / scale`; stepping back by all of it grants nothing.
+#[test]
+fn gcra_horizon_accounts_for_the_debt_in_the_window() {
+    let q = Quota::try_from_nanos(256 * 65_536, 1_099_511_627_774 * 65_536, 64).unwrap();
+    assert_eq!(q.period_fraction().1, 128);
+    let clock = ManualClock::starting_at(u64::MAX);
+    let gcra = Gcra::with_clock(q, clock.clone());
+    assert!(gcra.check_n(51).unwrap().is_allowed());
+    clock.rewind(gcra.horizon());
+    let more = (0..200).filter(|_| gcra.check().is_allowed()).count();
+    assert_eq!(more, 0, "the clock only went back: nothing may return");
+    clock.set(u64::MAX);
+    let left = (0..200).filter(|_| gcra.check().is_allowed()).count();
+    assert_eq!(left, 13, "64 - 51 tokens were left at the start time");
+}
+
+/// Found by `cargo fuzz run quota` (crash-80b54d1d) and `differential` (crash-584dbec7): with the
+/// clock at `u64::MAX` the bucket's next unit boundary lies past tick `u64::MAX`; the tick wrapped
+/// to 0 and the bucket advertised a retry-after of 0 ns. Its figures are now computed on a wide
+/// tick and agree with GCRA's.
+#[test]
+fn bucket_figures_at_the_end_of_time() {
+    let q = Quota::try_new(1, Duration::from_nanos(27), 1).unwrap();
+    let clock = ManualClock::starting_at(u64::MAX);
+    let bucket = TokenBucket::with_clock(q, clock.clone());
+    let gcra = Gcra::with_clock(q, clock);
+    assert!(bucket.check().is_allowed() && gcra.check().is_allowed());
+    let (b, g) = (bucket.check(), gcra.check());
+    assert!(b.is_denied() && g.is_denied());
+    assert_eq!(g.retry_after(), Duration::from_nanos(27));
+    assert_wait("bucket", &q, b.retry_after(), g.retry_after());
+    assert_wait("bucket", &q, b.reset_after(), g.reset_after());
+}
+
+/// Found by `cargo fuzz run differential` (crash-129ed5f4): `TokenBucket::backward_tolerance()`
+/// was a quarter of the stamp cycle, but a re-phased stamp sits up to four ticks ahead of the clock
+/// and a step back can lose one more tick to rounding; a step back within five ticks of the claimed
+/// tolerance read as a long idle and refilled the bucket. The tolerance now leaves those ticks out.
+#[test]
+fn bucket_backward_tolerance_leaves_room_for_a_stamp_ahead() {
+    let q = Quota::try_from_nanos(1, 1_377_794, 281).unwrap();
+    let clock = ManualClock::starting_at(18_302_369_443_839_213_568);
+    let bucket = TokenBucket::with_clock(q, clock.clone());
+    assert!(bucket.check_n(201).unwrap().is_allowed());
+    clock.rewind(bucket.backward_tolerance());
+    let more: u32 = [201, 201, 187, 59]
+        .into_iter()
+        .filter(|&n| bucket.check_n(n).unwrap().is_allowed())
+        .sum();
+    assert!(
+        more <= 80,
+        "admitted {more} more after a step back; only 80 were left"
+    );
+}

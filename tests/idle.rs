@@ -99,8 +99,11 @@ fn beyond_the_bucket_horizon_is_never_more_than_full() {
 #[test]
 fn gcra_horizon_is_at_least_a_year_for_every_quota() {
     let clock = ManualClock::new();
-    let worst = Quota::try_new(256, Duration::from_nanos(1_000_001), 1).unwrap();
-    assert_eq!(worst.period_fraction().1, 256);
+    // The largest denominator with the largest window the quota allows.
+    let worst = Quota::try_new(128, Duration::from_nanos(1_000_001), 1)
+        .unwrap()
+        .with_burst(((1u64 << 62) / 1_000_001) as u32 % Quota::MAX_BURST);
+    assert_eq!(worst.period_fraction().1, 128);
     let g = Gcra::with_clock(worst, clock);
     assert!(g.horizon() > Duration::from_secs(365 * 86_400));
 }

@@ -142,7 +142,7 @@ pub fn sample_quotas() -> Vec<Quota> {
         Quota::per_minute(7),
         Quota::with_period(Duration::from_millis(10)),
         Quota::try_new(3, s, 1).unwrap(),
-        Quota::try_new(256, Duration::from_nanos(1_000_001), 5).unwrap(),
+        Quota::try_new(128, Duration::from_nanos(1_000_001), 5).unwrap(),
         Quota::try_new(1, Duration::from_secs(100 * 365 * 86_400), 1).unwrap(),
         Quota::try_new(1_000, s, 1 << 20).unwrap(),
     ];

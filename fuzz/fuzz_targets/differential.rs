@@ -1,0 +1,156 @@
+//! An arbitrary run (clock advances of any size, steps back, checks of any size, peeks) applied to
+//! `Gcra`, its mutex twin `MutexGcra`, `TokenBucket` and the exact reference model of
+//! `tests/common`. While the clock only moves forward and the run stays inside the documented
+//! horizons: GCRA equals the model in every decision and figure, and the bucket never admits what
+//! the model refuses, refuses only within its resolution, and never advertises a wait shorter than
+//! exact. Always, steps back included: GCRA equals its mutex twin, and nobody admits more than
+//! `burst + (latest time - start) × rate / per`.
+#![no_main]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod shared;
+
+use arbitrary::Arbitrary;
+use atomic_limiter::baseline::MutexGcra;
+use atomic_limiter::{Clock, Gcra, ManualClock, RateLimiter, TokenBucket};
+use common::{Model, bucket_may_refuse, bucket_wait_slack};
+use libfuzzer_sys::fuzz_target;
+use shared::QuotaSpec;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Advance(u64),
+    AdvanceSmall(u16),
+    StepBack(u64),
+    Check(u32),
+    CheckSmall(u8),
+    Peek,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    quota: QuotaSpec,
+    start: u64,
+    ops: Vec<Op>,
+}
+
+fuzz_target!(|input: Input| {
+    let Some(quota) = input.quota.build() else {
+        return;
+    };
+    let start = input.start;
+    let clock = ManualClock::starting_at(start);
+    let gcra = Gcra::with_clock(quota, clock.clone());
+    let twin: MutexGcra<_> = MutexGcra::with_clock(quota, clock.clone());
+    let bucket = TokenBucket::with_clock(quota, clock.clone());
+    let mut model = Model::new(&quota, start);
+    let mut bucket_model = Model::new(&quota, start);
+    let tick = bucket.tick().as_nanos() as u64;
+    let slack = bucket_wait_slack(&quota, tick);
+    // Exact comparisons hold inside half the smaller horizon, with a clock that never stepped back.
+    let horizon = gcra.horizon().min(bucket.idle_horizon()).as_nanos() as u64 / 2;
+    // Steps back are kept within what both limiters tell apart from a long idle.
+    let back_limit = gcra.horizon().min(bucket.backward_tolerance()).as_nanos() as u64;
+    let mut exact = true;
+    let mut latest = start;
+    let (mut admitted_gcra, mut admitted_bucket) = (0u128, 0u128);
+
+    for op in input.ops.iter().take(256) {
+        let n = match *op {
+            Op::Advance(ns) => {
+                clock.advance_nanos(ns);
+                None
+            }
+            Op::AdvanceSmall(ns) => {
+                clock.advance_nanos(u64::from(ns));
+                None
+            }
+            Op::StepBack(ns) => {
+                // Keep the clock within the tolerance of the latest time it showed, cumulatively.
+                let behind = latest - clock.now();
+                let room = back_limit.saturating_sub(behind).max(1);
+                clock.rewind(std::time::Duration::from_nanos(ns % room));
+                exact = false;
+                None
+            }
+            Op::Check(n) => Some(n),
+            Op::CheckSmall(n) => Some(u32::from(n) % (quota.burst() + 2)),
+            Op::Peek => Some(0),
+        };
+        let now = clock.now();
+        latest = latest.max(now);
+        if now.saturating_sub(start) >= horizon {
+            exact = false;
+        }
+        let Some(n) = n else { continue };
+
+        let a = gcra.check_n(n);
+        let b = twin.check_n(n);
+        let c = bucket.check_n(n);
+        assert_eq!(a, b, "GCRA and its mutex twin disagree");
+        if n > quota.burst() {
+            assert!(a.is_err() && c.is_err());
+            continue;
+        }
+        let (a, c) = (a.unwrap(), c.unwrap());
+        if n == 0 {
+            assert!(a.is_allowed() && c.is_allowed(), "a peek was refused");
+        }
+        admitted_gcra += u128::from(n) * u128::from(a.is_allowed());
+        admitted_bucket += u128::from(n) * u128::from(c.is_allowed());
+        let bound = Model::admission_bound(&quota, start, latest);
+        assert!(
+            admitted_gcra <= bound,
+            "GCRA admitted {admitted_gcra} > {bound}"
+        );
+        assert!(
+            admitted_bucket <= bound,
+            "bucket admitted {admitted_bucket} > {bound}"
+        );
+
+        if !exact {
+            continue;
+        }
+        let m = model.check(now, n);
+        assert_eq!(a.is_allowed(), m.allowed, "GCRA decision");
+        assert_eq!(a.remaining(), m.remaining, "GCRA remaining");
+        assert_eq!(
+            a.retry_after().as_nanos(),
+            u128::from(m.retry_ns),
+            "GCRA retry_after"
+        );
+        assert_eq!(
+            a.reset_after().as_nanos(),
+            u128::from(m.reset_ns),
+            "GCRA reset_after"
+        );
+
+        let (num, den) = bucket_model.tokens_at(now);
+        let exact_allows = num >= i128::from(n) * den;
+        assert!(
+            !c.is_allowed() || exact_allows,
+            "bucket admitted {n} with {num}/{den}"
+        );
+        if c.is_denied() && exact_allows {
+            assert!(
+                bucket_may_refuse(num, den, n, &quota, tick),
+                "bucket refused {n} with {num}/{den}"
+            );
+        }
+        let bm = bucket_model.apply(now, n, c.is_allowed());
+        let within = |got: u128, exact: u64| {
+            got >= u128::from(exact) && got <= u128::from(exact) + u128::from(slack)
+        };
+        if c.is_denied() {
+            assert!(
+                within(c.retry_after().as_nanos(), bm.retry_ns),
+                "bucket retry_after"
+            );
+        }
+        assert!(
+            within(c.reset_after().as_nanos(), bm.reset_ns),
+            "bucket reset_after"
+        );
+    }
+});
