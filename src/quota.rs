@@ -149,6 +149,17 @@ impl Quota {
     ///
     /// If `n` is zero, above 10^9, or its period breaks the `# Limits` above; in a `const` this
     /// is a compile error. Use [`Quota::try_new`] for values from outside the program.
+    ///
+    /// ```compile_fail
+    /// use atomic_limiter::Quota;
+    /// const NEVER: Quota = Quota::per_second(0); // error[E0080]: quota rate must be at least 1
+    /// ```
+    ///
+    /// ```
+    /// use atomic_limiter::Quota;
+    /// const API: Quota = Quota::per_second(100).with_burst(10);
+    /// assert_eq!(API.burst(), 10);
+    /// ```
     pub const fn per_second(n: u64) -> Quota {
         Self::unwrap(Self::try_from_nanos(
             n,
