@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use atomic_limiter::baseline::{BaselineLock, MutexGcra, MutexTokenBucket, TextbookBucket};
-use atomic_limiter::{CoarseClock, Gcra, QuantaClock, Quota, RateLimiter, TokenBucket};
+use atomic_limiter::{CoarseClock, Gcra, QuantaClock, Quota, RateLimiter, Sharded, TokenBucket};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -173,6 +173,7 @@ pub fn allow_subjects() -> Vec<Subject> {
     vec![
         allow_loop("Gcra", Kind::Ours, Gcra::new(q)),
         allow_loop("TokenBucket", Kind::Ours, TokenBucket::new(q)),
+        allow_loop("Sharded<Gcra>", Kind::Ours, Sharded::gcra(q)),
         allow_loop(
             "MutexTokenBucket (std)",
             Kind::Mutex,

@@ -359,6 +359,29 @@ fn admitted_vs_ideal(rate: u32, burst: u32, step: u64, span: u64) -> Accuracy {
     }
 }
 
+/// Sharded accuracy under skew: all load from one thread (one home shard), 1000/s with burst 100
+/// over the default shard count, polled every 100 µs for 2 s; admitted against the global quota.
+fn skewed_sharded() -> (usize, u64, u64) {
+    use atomic_limiter::Clock as _;
+    let clock = ManualClock::new();
+    let q = Quota::per_second(1000).with_burst(100);
+    let shards = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .next_power_of_two()
+        .max(8);
+    let s = atomic_limiter::Sharded::gcra_with_clock(q, shards, clock.clone());
+    let mut admitted = 0;
+    while clock.now() < 2_000_000_000 {
+        admitted += s.check().is_allowed() as u64;
+        clock.advance_nanos(100_000);
+    }
+    (
+        s.shard_count(),
+        admitted,
+        exact_admissions(1000, 100, 100_000, 2_000_000_000),
+    )
+}
+
 /// Share of advertised waits that earn a second denial when waited exactly, over `trials`.
 fn retry_honesty(trials: u32) -> Vec<(&'static str, u32, u32)> {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -557,7 +580,7 @@ fn main() {
         .map(|&t| {
             (
                 t,
-                contended(&contended_subjects, t, reps.min(5), sample * 2),
+                contended(&contended_subjects, t, reps.min(7), sample * 3),
             )
         })
         .collect();
@@ -565,7 +588,7 @@ fn main() {
     // The floor and the targets (ratios of medians per repetition, subjects measured back to back).
     let gcra = find(&allow, "Gcra");
     let quanta_now = find(&floor, "quanta Clock::now");
-    let targets = vec![
+    let mut targets = vec![
         target(
             "Gcra allow / quanta Clock::now",
             ratio(gcra, quanta_now),
@@ -615,6 +638,22 @@ fn main() {
             None,
         ),
     ];
+    // The sharded limiter at 2 threads: the targets.
+    if let Some((_, v)) = contended_rows.iter().find(|(t, _)| *t == 2) {
+        let s = find(v, "Sharded<Gcra>");
+        targets.push(target(
+            "Sharded<Gcra> / governor check, 2 threads (throughput)",
+            ratio(s, find(v, "governor check")),
+            None,
+            Some(4.0),
+        ));
+        targets.push(target(
+            "Sharded<Gcra> / MutexTokenBucket (std), 2 threads (throughput)",
+            ratio(s, find(v, "MutexTokenBucket (std)")),
+            None,
+            Some(15.0),
+        ));
+    }
     let contended_ratios: Vec<(usize, f64, f64)> = contended_rows
         .iter()
         .map(|(t, v)| {
@@ -640,6 +679,7 @@ fn main() {
         ]
     };
     let honesty = retry_honesty(if o.quick { 2_000 } else { 20_000 });
+    let skew = skewed_sharded();
 
     if let Some(path) = &o.svg {
         std::fs::write(path, svg(&threads, &contended_rows)).expect("write the SVG");
@@ -692,6 +732,11 @@ fn main() {
             })
             .collect();
         let _ = write!(s, "\"accuracy\":[{}],", a.join(","));
+        let _ = write!(
+            s,
+            "\"sharded_skew\":{{\"shards\":{},\"admitted\":{},\"exact\":{}}},",
+            skew.0, skew.1, skew.2
+        );
         let h: Vec<String> = honesty
             .iter()
             .map(|(n, r, t)| format!("{{\"name\":\"{n}\",\"refused_again\":{r},\"trials\":{t}}}"))
@@ -757,6 +802,11 @@ fn main() {
             println!("    {n:<18} {k:>12}  {diff:+.3}%");
         }
     }
+    let (shards, got, exact) = skew;
+    println!(
+        "  Sharded<Gcra>, {shards} shards, all load from one thread, 1000/s burst 100, polled every 100 us for 2 s: {got} of exact {exact} ({:+.2}%)",
+        (got as f64 / exact as f64 - 1.0) * 100.0
+    );
     println!("\nRetry-after honesty: waiting exactly the advertised time, share refused again");
     for (n, r, t) in &honesty {
         println!(

@@ -10,6 +10,7 @@
 //! | [`Gcra`] | exact GCRA in one `AtomicU64` (theoretical arrival time) |
 //! | [`TokenBucket`] | fixed-point tokens and a tick stamp packed in one `AtomicU64` |
 //! | [`RateLimiter`] | the trait every limiter implements |
+//! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing |
 //! | [`Decision`] | allowed? remaining, retry-after, reset-after |
 //! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
 //! | [`baseline`] | the textbook mutex limiters, for benchmarks and differential tests |
@@ -64,6 +65,8 @@ mod insufficient_capacity;
 mod quota;
 mod quota_error;
 mod rate_limiter;
+#[cfg(feature = "std")]
+mod sharded;
 mod state_cell;
 mod sync;
 mod token_bucket;
@@ -80,6 +83,8 @@ pub use insufficient_capacity::InsufficientCapacity;
 pub use quota::Quota;
 pub use quota_error::QuotaError;
 pub use rate_limiter::RateLimiter;
+#[cfg(feature = "std")]
+pub use sharded::Sharded;
 pub use token_bucket::TokenBucket;
 
 /// Internals the fuzz targets check directly (built only under cargo-fuzz's `--cfg fuzzing`).

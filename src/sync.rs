@@ -37,3 +37,24 @@ pub(crate) use core::sync::atomic::Ordering;
 
 #[cfg(not(atomic_limiter_loom))]
 pub(crate) use alloc::sync::Arc;
+
+/// A small number for the calling thread, assigned once from a global counter (round robin), from
+/// which a sharded limiter picks the thread's home shard. A thread keeps its number for life.
+#[cfg(all(feature = "std", not(atomic_limiter_loom)))]
+pub(crate) fn thread_slot() -> usize {
+    use core::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    std::thread_local! {
+        // Relaxed: only the uniqueness of the numbers handed out matters, which the RMW gives.
+        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    SLOT.with(|slot| *slot)
+}
+
+/// Under loom every thread starts on shard 0 (loom shares thread-locals between its threads, so a
+/// per-thread number would not be per thread): the models exercise stealing, and pass explicit
+/// home shards where they want others.
+#[cfg(atomic_limiter_loom)]
+pub(crate) fn thread_slot() -> usize {
+    0
+}

@@ -248,3 +248,44 @@ mod token_bucket {
         clock_stepping_back_admits_nothing_extra::<L>();
     }
 }
+
+/// Model 5: stealing in the sharded limiter. Burst 2 over two shards (one token each); three
+/// threads all start on shard 0, so two of them must steal from shard 1. Exactly 2 are admitted in
+/// every interleaving. The broken twin takes from the victim shard with a load and a store.
+mod sharded {
+    use super::*;
+    use atomic_limiter::Sharded;
+
+    fn stealing_admits_exactly_the_burst(broken: bool) {
+        loom::model(move || {
+            let s = Arc::new(Sharded::gcra_with_clock(quota(2), 2, ManualClock::new()));
+            assert_eq!(s.shard_count(), 2);
+            let handles: Vec<_> = (0..3)
+                .map(|_| {
+                    let s = s.clone();
+                    thread::spawn(move || {
+                        let d = if broken {
+                            s.loom_check_with(0, 1, |l, n| l.loom_broken_check_n(n))
+                        } else {
+                            s.check_n_from(0, 1).unwrap()
+                        };
+                        u32::from(d.is_allowed())
+                    })
+                })
+                .collect();
+            let admitted: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+            assert_eq!(admitted, 2, "admitted with stealing");
+        });
+    }
+
+    #[test]
+    fn model_5_stealing_admits_exactly_the_burst() {
+        stealing_admits_exactly_the_burst(false);
+    }
+
+    #[test]
+    #[should_panic(expected = "admitted with stealing")]
+    fn model_5_broken_twin_is_caught() {
+        stealing_admits_exactly_the_burst(true);
+    }
+}
