@@ -7,7 +7,7 @@ mod subjects;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::time::Duration;
-use subjects::{Subject, allow_subjects, deny_subjects, floors, run_threads};
+use subjects::{Subject, allow_subjects, deny_subjects, floors, keyed_subjects, run_threads};
 
 fn per_op(c: &mut Criterion, group: &str, subjects: Vec<Subject>) {
     let mut g = c.benchmark_group(group);
@@ -55,11 +55,29 @@ fn contended(c: &mut Criterion) {
     g.finish();
 }
 
+/// Keyed limiters on keys already present: one key, 100 000 keys, and 2 threads on distinct keys.
+fn keyed(c: &mut Criterion) {
+    for keys in [1u64, 100_000] {
+        let subjects = keyed_subjects(keys);
+        for s in &subjects {
+            s.run_keys_warm(keys);
+        }
+        let mut g = c.benchmark_group(format!("keyed-{keys}"));
+        for s in &subjects {
+            g.bench_function(s.name, |b| b.iter_custom(|iters| run_threads(s, 1, iters)));
+            g.bench_function(format!("{} x2 threads", s.name), |b| {
+                b.iter_custom(|iters| run_threads(s, 2, iters))
+            });
+        }
+        g.finish();
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = floor, allow, deny, deny_retry, contended
+    targets = floor, allow, deny, deny_retry, contended, keyed
 }
 criterion_main!(benches);

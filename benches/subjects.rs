@@ -316,6 +316,13 @@ pub fn deny_subjects(read_retry: bool) -> Vec<Subject> {
     v
 }
 
+impl Subject {
+    /// Runs enough operations on this thread to create `keys` keys (keyed subjects).
+    pub fn run_keys_warm(&self, keys: u64) {
+        black_box((self.run)(keys));
+    }
+}
+
 /// Times `iters` operations of `s` on `threads` threads at once (each doing `iters`); returns the
 /// wall time.
 pub fn run_threads(s: &Subject, threads: usize, iters: u64) -> Duration {
@@ -341,4 +348,42 @@ pub fn run_threads(s: &Subject, threads: usize, iters: u64) -> Duration {
         }
         t.elapsed()
     })
+}
+
+/// This thread's key range, 0 or 1: two threads started together get consecutive numbers, so
+/// distinct ranges, and later threads reuse the ranges (and the keys already created in them).
+fn thread_index() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static INDEX: u64 = NEXT.fetch_add(1, Ordering::Relaxed) % 2;
+    }
+    INDEX.with(|i| *i)
+}
+
+/// Keyed limiters checked over `keys` keys already present (each thread on its own range of keys),
+/// ours against governor's keyed limiter, both with a quota nothing hits.
+pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
+    let q = open_quota();
+    let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 24);
+    let gov = governor::RateLimiter::keyed(
+        governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST)),
+    );
+    vec![
+        subject("Keyed<u64, Gcra>", Kind::Ours, move |iters| {
+            let base = thread_index() * keys;
+            let mut ok = 0;
+            for i in 0..iters {
+                ok += black_box(&ours).check_key(&(base + i % keys)).is_allowed() as u64;
+            }
+            ok
+        }),
+        subject("governor keyed check_key", Kind::Peer, move |iters| {
+            let base = thread_index() * keys;
+            let mut ok = 0;
+            for i in 0..iters {
+                ok += black_box(&gov).check_key(&(base + i % keys)).is_ok() as u64;
+            }
+            ok
+        }),
+    ]
 }

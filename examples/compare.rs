@@ -18,7 +18,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use subjects::{Kind, Subject, allow_subjects, deny_subjects, floors, run_threads};
+use subjects::{Kind, Subject, allow_subjects, deny_subjects, floors, keyed_subjects, run_threads};
 
 struct Options {
     json: bool,
@@ -638,6 +638,37 @@ fn main() {
             None,
         ),
     ];
+    // Keyed: one key and 100 000 keys on one thread, and 2 threads on distinct keys.
+    let mut keyed_rows = vec![];
+    for keys in [1u64, 100_000] {
+        let subjects = keyed_subjects(keys);
+        for s in &subjects {
+            s.run_keys_warm(keys);
+        }
+        let one = single(&subjects, reps, sample);
+        let two = contended(&subjects, 2, reps.min(7), sample * 3);
+        targets.push(target(
+            &format!("Keyed / governor keyed, {keys} key(s), time per check"),
+            ratio(
+                find(&one, "Keyed<u64, Gcra>"),
+                find(&one, "governor keyed check_key"),
+            ),
+            Some(0.5),
+            None,
+        ));
+        targets.push(target(
+            &format!(
+                "Keyed / governor keyed, {keys} key(s), 2 threads on distinct keys (throughput)"
+            ),
+            ratio(
+                find(&two, "Keyed<u64, Gcra>"),
+                find(&two, "governor keyed check_key"),
+            ),
+            None,
+            Some(3.0),
+        ));
+        keyed_rows.push((keys, one, two));
+    }
     // The sharded limiter at 2 threads: the targets.
     if let Some((_, v)) = contended_rows.iter().find(|(t, _)| *t == 2) {
         let s = find(v, "Sharded<Gcra>");
@@ -775,6 +806,24 @@ fn main() {
                 &format!("{t} thread(s) on one limiter: total throughput"),
                 "Mops/s",
                 v
+            )
+        );
+    }
+    for (keys, one, two) in &keyed_rows {
+        print!(
+            "{}",
+            table(
+                &format!("Keyed, {keys} key(s) present, one thread"),
+                "ns/check",
+                one
+            )
+        );
+        print!(
+            "{}",
+            table(
+                &format!("Keyed, {keys} key(s) present, 2 threads on distinct keys"),
+                "Mops/s",
+                two
             )
         );
     }

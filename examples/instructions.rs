@@ -1,7 +1,7 @@
 //! Runs N allow-path checks of one limiter in a loop that callgrind can isolate: the count of
 //! instructions per check, stable where timings are noisy. Driven by `scripts/instructions.sh`.
 //!
-//! `cargo run --release --example instructions -- <gcra|token-bucket|mutex-bucket|mutex-gcra|governor|quanta-now> [N]`
+//! `cargo run --release --example instructions -- <gcra|token-bucket|mutex-bucket|mutex-gcra|governor|keyed|governor-keyed|quanta-now> [N]`
 
 use atomic_limiter::baseline::{MutexGcra, MutexTokenBucket};
 use atomic_limiter::{Gcra, QuantaClock, Quota, RateLimiter, TokenBucket};
@@ -44,6 +44,31 @@ fn main() {
                 NonZeroU32::new(1_000_000_000).unwrap(),
             ));
             measured_loop(n, || black_box(&l).check().is_ok())
+        }
+        "keyed" => {
+            let l = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 20);
+            for k in 0..1024u64 {
+                let _ = l.check_key(&k);
+            }
+            let mut k = 0u64;
+            measured_loop(n, || {
+                k = (k + 1) & 1023;
+                black_box(&l).check_key(&k).is_allowed()
+            })
+        }
+        "governor-keyed" => {
+            let l = governor::RateLimiter::keyed(
+                governor::Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap())
+                    .allow_burst(NonZeroU32::new(Quota::MAX_BURST).unwrap()),
+            );
+            for k in 0..1024u64 {
+                let _ = l.check_key(&k);
+            }
+            let mut k = 0u64;
+            measured_loop(n, || {
+                k = (k + 1) & 1023;
+                black_box(&l).check_key(&k).is_ok()
+            })
         }
         "quanta-now" => {
             let c = quanta::Clock::new();

@@ -10,7 +10,7 @@ cargo build --release --example instructions >/dev/null
 bin=target/release/examples/instructions
 out=$(mktemp -d)
 printf '| subject | instructions per check |\n|---|---|\n'
-for s in quanta-now gcra token-bucket mutex-gcra mutex-bucket governor; do
+for s in quanta-now gcra token-bucket mutex-gcra mutex-bucket governor keyed governor-keyed; do
     valgrind --tool=callgrind --callgrind-out-file="$out/$s.out" \
         --toggle-collect='*measured_loop*' "$bin" "$s" "$n" >/dev/null 2>"$out/$s.err"
     total=$(grep -E '^(summary|totals):' "$out/$s.out" | head -1 | awk '{print $2}')

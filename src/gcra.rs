@@ -111,8 +111,20 @@ impl<C: Clock> Gcra<C> {
     /// One clock read, then one load and (when the request passes) one CAS. `n <= burst`.
     #[inline]
     fn run(&self, n: u32) -> Decision {
+        self.run_on(&self.tat, n)
+    }
+
+    /// The same check on another state word with this limiter's quota and clock (keyed limiters
+    /// keep one word per key and share the rest).
+    #[inline]
+    pub(crate) fn run_on(&self, cell: &StateCell, n: u32) -> Decision {
         let now = self.params.units(self.clock.now());
-        self.tat.update(self.step(now, n))
+        cell.update(self.step(now, n))
+    }
+
+    /// A fresh state word, full at the clock's current reading.
+    pub(crate) fn fresh_word(&self) -> u64 {
+        self.params.units(self.clock.now())
     }
 
     /// The GCRA step at `now` (GCRA units) for `n` tokens, as `StateCell` runs it. A denial decided

@@ -11,6 +11,7 @@
 //! | [`TokenBucket`] | fixed-point tokens and a tick stamp packed in one `AtomicU64` |
 //! | [`RateLimiter`] | the trait every limiter implements |
 //! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing |
+//! | [`Keyed`] | one limiter per key on dashmap, with bounded memory |
 //! | [`Decision`] | allowed? remaining, retry-after, reset-after |
 //! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
 //! | [`baseline`] | the textbook mutex limiters, for benchmarks and differential tests |
@@ -62,6 +63,12 @@ mod decision;
 mod gcra;
 mod gcra_math;
 mod insufficient_capacity;
+#[cfg(feature = "std")]
+mod keyed;
+#[cfg(feature = "std")]
+mod keyed_limiter;
+#[cfg(feature = "std")]
+mod keyed_store;
 mod quota;
 mod quota_error;
 mod rate_limiter;
@@ -80,6 +87,12 @@ pub use clock::{CoarseClock, DefaultClock, QuantaClock};
 pub use decision::Decision;
 pub use gcra::Gcra;
 pub use insufficient_capacity::InsufficientCapacity;
+#[cfg(feature = "std")]
+pub use keyed::{DefaultHasher, KeyEntry, Keyed, QuotaFn};
+#[cfg(feature = "std")]
+pub use keyed_limiter::{KeyState, KeyedLimiter};
+#[cfg(feature = "std")]
+pub use keyed_store::KeyedStore;
 pub use quota::Quota;
 pub use quota_error::QuotaError;
 pub use rate_limiter::RateLimiter;

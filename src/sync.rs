@@ -32,6 +32,12 @@ pub(crate) use portable_atomic::AtomicU64;
 #[cfg(all(not(atomic_limiter_loom), not(feature = "portable-atomic")))]
 pub(crate) use core::sync::atomic::AtomicU64;
 
+#[cfg(all(atomic_limiter_loom, feature = "loom"))]
+pub(crate) use loom::sync::atomic::AtomicUsize;
+
+#[cfg(not(atomic_limiter_loom))]
+pub(crate) use core::sync::atomic::AtomicUsize;
+
 #[cfg(not(atomic_limiter_loom))]
 pub(crate) use core::sync::atomic::Ordering;
 

@@ -128,7 +128,19 @@ impl<C: Clock> TokenBucket<C> {
     /// One clock read, then one load and (when the request passes) one CAS. `n <= burst`.
     #[inline]
     fn run(&self, n: u32) -> Decision {
-        self.word.update(self.step(self.clock.now(), n))
+        self.run_on(&self.word, n)
+    }
+
+    /// The same check on another state word with this bucket's quota and clock (keyed limiters
+    /// keep one word per key and share the rest).
+    #[inline]
+    pub(crate) fn run_on(&self, cell: &StateCell, n: u32) -> Decision {
+        cell.update(self.step(self.clock.now(), n))
+    }
+
+    /// A fresh state word, full at the clock's current reading.
+    pub(crate) fn fresh_word(&self) -> u64 {
+        self.params.full(self.clock.now())
     }
 
     /// The bucket step at `now` (ns) for `n` tokens, as `StateCell` runs it. A denial decided on a

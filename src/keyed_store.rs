@@ -1,0 +1,56 @@
+use core::hash::{BuildHasher, Hash};
+
+use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
+
+/// The map a [`Keyed`](crate::Keyed) limiter keeps its keys in: [`DashMap`] by default; the loom
+/// models put a map loom can see in its place (dashmap's locks are invisible to loom).
+pub trait KeyedStore<K, V> {
+    /// Runs `f` on the key's value if it is there: the hot path, one lookup, no allocation.
+    fn with_existing<R>(&self, key: &K, f: impl FnOnce(&V) -> R) -> Option<R>;
+
+    /// Runs `f` on the key's value, inserting `make()` first if it is absent, such that racing
+    /// threads all see the one value that was inserted. Returns whether this call inserted it.
+    fn with_inserted<R>(
+        &self,
+        key: K,
+        make: impl FnOnce() -> V,
+        f: impl FnOnce(&V) -> R,
+    ) -> (R, bool);
+
+    /// Removes every entry for which `remove` says so (decided with the entry locked against
+    /// concurrent checks).
+    fn remove_where(&self, remove: impl FnMut(&K, &V) -> bool);
+
+    /// Frees memory left by removed entries, if the map can.
+    fn shrink_to_fit(&self) {}
+}
+
+impl<K: Eq + Hash, V, S: BuildHasher + Clone> KeyedStore<K, V> for DashMap<K, V, S> {
+    #[inline]
+    fn with_existing<R>(&self, key: &K, f: impl FnOnce(&V) -> R) -> Option<R> {
+        self.get(key).map(|v| f(&v))
+    }
+
+    fn with_inserted<R>(
+        &self,
+        key: K,
+        make: impl FnOnce() -> V,
+        f: impl FnOnce(&V) -> R,
+    ) -> (R, bool) {
+        // The shard's write lock is held from the lookup to the insertion, so only one thread
+        // inserts; then the guard is downgraded so checks on the shard's other keys can go on.
+        match self.entry(key) {
+            Entry::Occupied(o) => (f(&o.into_ref().downgrade()), false),
+            Entry::Vacant(v) => (f(&v.insert(make()).downgrade()), true),
+        }
+    }
+
+    fn remove_where(&self, mut remove: impl FnMut(&K, &V) -> bool) {
+        self.retain(|k, v| !remove(k, v));
+    }
+
+    fn shrink_to_fit(&self) {
+        DashMap::shrink_to_fit(self);
+    }
+}

@@ -1,0 +1,83 @@
+//! Memory of keyed limiters, measured with a counting global allocator: bytes per key at a million
+//! keys, and the peak during a flood of ten million distinct keys through a capped map.
+
+use atomic_limiter::{Keyed, ManualClock, Quota};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: defers every call to the system allocator unchanged; only counts the bytes live.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+        PEAK.fetch_max(live, Ordering::Relaxed);
+        // SAFETY: the caller's contract for `alloc` is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract for `dealloc` is passed on as is.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if new_size > layout.size() {
+            let grow = new_size - layout.size();
+            let live = LIVE.fetch_add(grow, Ordering::Relaxed) + grow;
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        } else {
+            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+        }
+        // SAFETY: the caller's contract for `realloc` is passed on as is.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// One test, so that no other test's allocations are counted in between.
+#[test]
+fn memory_per_key_and_under_a_flood() {
+    // A million keys (u64), GCRA on a shared manual clock.
+    let before = LIVE.load(Ordering::Relaxed);
+    let keyed = Keyed::gcra_with_clock(Quota::per_second(10), 2_000_000, ManualClock::new());
+    for key in 0..1_000_000u64 {
+        assert!(keyed.check_key(&key).is_allowed());
+    }
+    let per_key = (LIVE.load(Ordering::Relaxed) - before) as f64 / 1e6;
+    println!("bytes per key at 1 000 000 keys: {per_key:.1}");
+    assert!(per_key < 64.0, "{per_key} bytes per key");
+    drop(keyed);
+
+    // Ten million distinct keys through a map capped at a million; buckets full 1 ms after use.
+    let clock = ManualClock::new();
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let keyed = Keyed::gcra_with_clock(
+        Quota::per_second(1000).with_burst(1),
+        1_000_000,
+        clock.clone(),
+    );
+    for key in 0..10_000_000u64 {
+        let _ = keyed.check_key(&key);
+        clock.advance_nanos(1_000);
+    }
+    let peak = PEAK.load(Ordering::Relaxed) - base;
+    println!(
+        "flood of 10 000 000 keys, cap 1 000 000: {} keys held, peak {:.1} MB ({:.1} bytes per cap slot)",
+        keyed.len(),
+        peak as f64 / 1e6,
+        peak as f64 / 1e6
+    );
+    assert!(keyed.len() <= 1_000_000);
+    assert!(
+        peak < 64 * 1_000_000,
+        "peak {peak} bytes for a cap of a million keys"
+    );
+}
