@@ -22,27 +22,23 @@ pub trait KeyedLimiter: RateLimiter + Send + Sync + sealed::Sealed {
     fn check_state(&self, state: &KeyState, n: u32) -> Decision;
 }
 
-impl<C: Clock> sealed::Sealed for Gcra<C> {}
-impl<C: Clock> sealed::Sealed for TokenBucket<C> {}
+/// Both lock-free limiters keep their state in one `StateCell` and run their step on any cell.
+macro_rules! keyed_limiter {
+    ($limiter:ident) => {
+        impl<C: Clock> sealed::Sealed for $limiter<C> {}
 
-impl<C: Clock + Send + Sync> KeyedLimiter for Gcra<C> {
-    fn fresh_state(&self) -> KeyState {
-        KeyState(StateCell::new(self.fresh_word()))
-    }
+        impl<C: Clock + Send + Sync> KeyedLimiter for $limiter<C> {
+            fn fresh_state(&self) -> KeyState {
+                KeyState(StateCell::new(self.fresh_word()))
+            }
 
-    #[inline]
-    fn check_state(&self, state: &KeyState, n: u32) -> Decision {
-        self.run_on(&state.0, n)
-    }
+            #[inline]
+            fn check_state(&self, state: &KeyState, n: u32) -> Decision {
+                self.run_on(&state.0, n)
+            }
+        }
+    };
 }
 
-impl<C: Clock + Send + Sync> KeyedLimiter for TokenBucket<C> {
-    fn fresh_state(&self) -> KeyState {
-        KeyState(StateCell::new(self.fresh_word()))
-    }
-
-    #[inline]
-    fn check_state(&self, state: &KeyState, n: u32) -> Decision {
-        self.run_on(&state.0, n)
-    }
-}
+keyed_limiter!(Gcra);
+keyed_limiter!(TokenBucket);

@@ -175,79 +175,50 @@ fn clock_stepping_back_admits_nothing_extra<L: Subject>() {
     });
 }
 
-mod gcra {
-    use super::*;
-    type L = Gcra<ManualClock>;
+/// Models 1 to 4 for one limiter type, with the broken twins of 1 (2 for the token bucket) and 3.
+macro_rules! models_for {
+    ($module:ident, $limiter:ty) => {
+        mod $module {
+            use super::*;
+            type L = $limiter;
 
-    #[test]
-    fn model_1_frozen_clock_admits_exactly_the_burst() {
-        frozen_clock_admits_exactly_the_burst::<L>(real);
-    }
+            #[test]
+            fn model_1_2_frozen_clock_admits_exactly_the_burst() {
+                frozen_clock_admits_exactly_the_burst::<L>(real);
+            }
 
-    #[test]
-    #[should_panic(expected = "admissions and their remaining counts")]
-    fn model_1_broken_twin_is_caught() {
-        frozen_clock_admits_exactly_the_burst::<L>(broken);
-    }
+            #[test]
+            #[should_panic(expected = "admissions and their remaining counts")]
+            fn model_1_2_broken_twin_is_caught() {
+                frozen_clock_admits_exactly_the_burst::<L>(broken);
+            }
 
-    #[test]
-    fn model_3_concurrent_advance_never_exceeds_the_quota() {
-        concurrent_advance_never_exceeds_the_quota::<L>(real);
-    }
+            #[test]
+            fn model_3_concurrent_advance_never_exceeds_the_quota() {
+                concurrent_advance_never_exceeds_the_quota::<L>(real);
+            }
 
-    #[test]
-    #[should_panic(expected = "admitted")]
-    fn model_3_broken_twin_is_caught() {
-        concurrent_advance_never_exceeds_the_quota::<L>(broken);
-    }
+            #[test]
+            #[should_panic(expected = "admitted")]
+            fn model_3_broken_twin_is_caught() {
+                concurrent_advance_never_exceeds_the_quota::<L>(broken);
+            }
 
-    #[test]
-    fn model_3_denials_do_not_write() {
-        denials_do_not_write::<L>();
-    }
+            #[test]
+            fn model_3_denials_do_not_write() {
+                denials_do_not_write::<L>();
+            }
 
-    #[test]
-    fn model_4_clock_stepping_back_admits_nothing_extra() {
-        clock_stepping_back_admits_nothing_extra::<L>();
-    }
+            #[test]
+            fn model_4_clock_stepping_back_admits_nothing_extra() {
+                clock_stepping_back_admits_nothing_extra::<L>();
+            }
+        }
+    };
 }
 
-mod token_bucket {
-    use super::*;
-    type L = TokenBucket<ManualClock>;
-
-    #[test]
-    fn model_2_frozen_clock_admits_exactly_the_burst() {
-        frozen_clock_admits_exactly_the_burst::<L>(real);
-    }
-
-    #[test]
-    #[should_panic(expected = "admissions and their remaining counts")]
-    fn model_2_broken_twin_is_caught() {
-        frozen_clock_admits_exactly_the_burst::<L>(broken);
-    }
-
-    #[test]
-    fn model_3_concurrent_advance_never_exceeds_the_quota() {
-        concurrent_advance_never_exceeds_the_quota::<L>(real);
-    }
-
-    #[test]
-    #[should_panic(expected = "admitted")]
-    fn model_3_broken_twin_is_caught() {
-        concurrent_advance_never_exceeds_the_quota::<L>(broken);
-    }
-
-    #[test]
-    fn model_3_denials_do_not_write() {
-        denials_do_not_write::<L>();
-    }
-
-    #[test]
-    fn model_4_clock_stepping_back_admits_nothing_extra() {
-        clock_stepping_back_admits_nothing_extra::<L>();
-    }
-}
+models_for!(gcra, Gcra<ManualClock>);
+models_for!(token_bucket, TokenBucket<ManualClock>);
 
 /// Model 5: stealing in the sharded limiter. Burst 2 over two shards (one token each); three
 /// threads all start on shard 0, so two of them must steal from shard 1. Exactly 2 are admitted in
