@@ -47,14 +47,26 @@ pub(crate) use alloc::sync::Arc;
 /// A small number for the calling thread, assigned once from a global counter (round robin), from
 /// which a sharded limiter picks the thread's home shard. A thread keeps its number for life.
 #[cfg(all(feature = "std", not(atomic_limiter_loom)))]
+#[inline]
 pub(crate) fn thread_slot() -> usize {
+    use core::cell::Cell;
     use core::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     std::thread_local! {
-        // Relaxed: only the uniqueness of the numbers handed out matters, which the RMW gives.
-        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+        // Const-initialised, so reading it needs no lazy-initialisation check; `usize::MAX` means
+        // "not numbered yet".
+        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    SLOT.with(|slot| *slot)
+    SLOT.with(|slot| {
+        let mine = slot.get();
+        if mine != usize::MAX {
+            return mine;
+        }
+        // Relaxed: only the uniqueness of the numbers handed out matters, which the RMW gives.
+        let mine = NEXT.fetch_add(1, Ordering::Relaxed) & (usize::MAX >> 1);
+        slot.set(mine);
+        mine
+    })
 }
 
 /// Under loom every thread starts on shard 0 (loom shares thread-locals between its threads, so a
