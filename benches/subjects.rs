@@ -175,6 +175,24 @@ pub fn allow_subjects() -> Vec<Subject> {
         allow_loop("TokenBucket", Kind::Ours, TokenBucket::new(q)),
         allow_loop("Sharded<Gcra>", Kind::Ours, Sharded::gcra(q)),
         allow_loop(
+            "FixedWindow",
+            Kind::Ours,
+            atomic_limiter::FixedWindow::with_clock(
+                Quota::try_new((1 << 31) - 1, Duration::from_secs(1), 1).unwrap(),
+                QuantaClock::new(),
+            )
+            .unwrap(),
+        ),
+        allow_loop(
+            "SlidingWindowCounter",
+            Kind::Ours,
+            atomic_limiter::SlidingWindowCounter::with_clock(
+                Quota::try_new(1_000_000, Duration::from_millis(1), 1).unwrap(),
+                QuantaClock::new(),
+            )
+            .unwrap(),
+        ),
+        allow_loop(
             "MutexTokenBucket (std)",
             Kind::Mutex,
             MutexTokenBucket::<QuantaClock>::new(q),

@@ -96,3 +96,34 @@ pub(crate) const fn decide(tat: u64, now: u64, n: u32, p: &GcraParams) -> Outcom
         }
     }
 }
+
+/// The most a reservation may wait, in GCRA units: keeps `ahead` below 2^63 (`window <= 2^62`).
+pub(crate) const MAX_QUEUE_UNITS: u64 = 1 << 61;
+
+/// One reservation step (the leaky bucket as a queue): `n` tokens are taken now or later, never
+/// refused, unless the wait would exceed `max_wait` units. `Ok((new_tat, wait))` stores `new_tat`;
+/// `Err(wait)` stores nothing.
+#[inline]
+pub(crate) const fn reserve(
+    tat: u64,
+    now: u64,
+    n: u32,
+    p: &GcraParams,
+    max_wait: u64,
+) -> Result<(u64, u64), u64> {
+    let ahead = tat.wrapping_sub(now);
+    let (base, ahead) = if (ahead as i64) <= 0 {
+        (now, 0)
+    } else {
+        (tat, ahead)
+    };
+    let cost = n as u64 * p.token;
+    // ahead <= window + MAX_QUEUE_UNITS < 2^63, cost <= window: no overflow.
+    let after = ahead + cost;
+    let wait = after.saturating_sub(p.window);
+    if wait > max_wait {
+        Err(wait)
+    } else {
+        Ok((base.wrapping_add(cost), wait))
+    }
+}

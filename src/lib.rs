@@ -10,6 +10,9 @@
 //! | [`Gcra`] | exact GCRA in one `AtomicU64` (theoretical arrival time) |
 //! | [`TokenBucket`] | fixed-point tokens and a tick stamp packed in one `AtomicU64` |
 //! | [`RateLimiter`] | the trait every limiter implements |
+//! | [`FixedWindow`] | a counter and its window's index in one `AtomicU64` |
+//! | [`SlidingWindowCounter`] | two weighted window counts and the index in one `AtomicU64` |
+//! | [`Throttle`] | the leaky bucket as a queue: reserve the next slot, learn the wait |
 //! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing |
 //! | [`Keyed`] | one limiter per key on dashmap, with bounded memory |
 //! | [`Decision`] | allowed? remaining, retry-after, reset-after |
@@ -60,6 +63,7 @@ extern crate alloc;
 pub mod baseline;
 mod clock;
 mod decision;
+mod fixed_window;
 mod gcra;
 mod gcra_math;
 mod insufficient_capacity;
@@ -74,10 +78,16 @@ mod quota_error;
 mod rate_limiter;
 #[cfg(feature = "std")]
 mod sharded;
+mod sliding_window_counter;
 mod state_cell;
 mod sync;
+mod throttle;
+mod throttle_error;
 mod token_bucket;
 mod token_bucket_math;
+mod wait;
+mod wait_error;
+mod window_math;
 
 #[cfg(feature = "std")]
 pub use clock::StdClock;
@@ -85,6 +95,7 @@ pub use clock::{Clock, ManualClock};
 #[cfg(feature = "quanta")]
 pub use clock::{CoarseClock, DefaultClock, QuantaClock};
 pub use decision::Decision;
+pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use insufficient_capacity::InsufficientCapacity;
 #[cfg(feature = "std")]
@@ -98,7 +109,12 @@ pub use quota_error::QuotaError;
 pub use rate_limiter::RateLimiter;
 #[cfg(feature = "std")]
 pub use sharded::Sharded;
+pub use sliding_window_counter::SlidingWindowCounter;
+pub use throttle::Throttle;
+pub use throttle_error::ThrottleError;
 pub use token_bucket::TokenBucket;
+pub use wait::Wait;
+pub use wait_error::WaitError;
 
 /// Internals the fuzz targets check directly (built only under cargo-fuzz's `--cfg fuzzing`).
 #[cfg(fuzzing)]

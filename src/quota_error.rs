@@ -34,6 +34,11 @@ pub enum QuotaError {
     /// `burst × period` (the time a drained limiter takes to fill) is longer than
     /// [`Quota::MAX_WINDOW`](crate::Quota::MAX_WINDOW) allows at this rate's resolution.
     WindowTooLong,
+    /// A window limiter's limit (the quota's rate) is larger than its packed counters hold.
+    LimitTooLarge {
+        /// The limit asked for.
+        limit: u64,
+    },
 }
 
 impl QuotaError {
@@ -52,6 +57,9 @@ impl QuotaError {
             QuotaError::WindowTooLong => {
                 "quota burst x period is too long to represent (see Quota::MAX_WINDOW)"
             }
+            QuotaError::LimitTooLarge { .. } => {
+                "window limit (the quota's rate) is larger than the window limiter's counters hold"
+            }
         }
     }
 }
@@ -60,6 +68,7 @@ impl fmt::Display for QuotaError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             QuotaError::BurstTooLarge { burst } => write!(f, "{} (got {burst})", self.as_str()),
+            QuotaError::LimitTooLarge { limit } => write!(f, "{} (got {limit})", self.as_str()),
             QuotaError::InexactPeriod { denominator } => {
                 write!(f, "{} (got 1/{denominator} ns)", self.as_str())
             }

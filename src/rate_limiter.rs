@@ -1,4 +1,8 @@
-use crate::{Decision, InsufficientCapacity, Quota};
+use core::future::Future;
+use core::time::Duration;
+
+use crate::wait::Next;
+use crate::{Decision, InsufficientCapacity, Quota, Wait, WaitError};
 
 /// What every limiter in this crate does, so that benches, tests and wrappers are generic over the
 /// algorithm with static dispatch.
@@ -37,4 +41,79 @@ pub trait RateLimiter {
 
     /// The quota the limiter enforces.
     fn quota(&self) -> &Quota;
+
+    /// Waits until `n` tokens are granted, sleeping with `sleep` between tries: each refusal's
+    /// `retry_after` (plus the jitter of `wait`), never a busy loop, and nothing held while
+    /// sleeping. `sleep` is how time passes: `std::thread::sleep` on threads (see
+    /// [`RateLimiter::wait_n`]), or advancing a [`ManualClock`](crate::ManualClock) in tests.
+    ///
+    /// # Errors
+    ///
+    /// [`WaitError::InsufficientCapacity`] if `n` exceeds the burst; [`WaitError::TimedOut`] if the
+    /// next sleep would take the total past `wait.max_wait()`.
+    fn wait_n_with(
+        &self,
+        n: u32,
+        wait: Wait,
+        mut sleep: impl FnMut(Duration),
+    ) -> Result<Decision, WaitError>
+    where
+        Self: Sized,
+    {
+        let mut waited = Duration::ZERO;
+        loop {
+            match wait.next(self.check_n(n), waited)? {
+                Next::Done(d) => return Ok(d),
+                Next::Sleep(nap) => {
+                    sleep(nap);
+                    waited += nap;
+                }
+            }
+        }
+    }
+
+    /// [`RateLimiter::wait_n_with`] on the calling thread, with `std::thread::sleep`.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimiter::wait_n_with`].
+    #[cfg(feature = "std")]
+    fn wait_n(&self, n: u32, wait: Wait) -> Result<Decision, WaitError>
+    where
+        Self: Sized,
+    {
+        self.wait_n_with(n, wait, std::thread::sleep)
+    }
+
+    /// The asynchronous form of [`RateLimiter::wait_n_with`], bound to no runtime: `sleep` makes
+    /// the runtime's timer future (`|d| tokio::time::sleep(d)`, `|d| async_io::Timer::after(d)`,
+    /// ...), awaited between tries. Nothing is held across an await but the limiter reference.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimiter::wait_n_with`].
+    fn until_n_ready_with<S, F>(
+        &self,
+        n: u32,
+        wait: Wait,
+        mut sleep: S,
+    ) -> impl Future<Output = Result<Decision, WaitError>>
+    where
+        Self: Sized,
+        S: FnMut(Duration) -> F,
+        F: Future<Output = ()>,
+    {
+        async move {
+            let mut waited = Duration::ZERO;
+            loop {
+                match wait.next(self.check_n(n), waited)? {
+                    Next::Done(d) => return Ok(d),
+                    Next::Sleep(nap) => {
+                        sleep(nap).await;
+                        waited += nap;
+                    }
+                }
+            }
+        }
+    }
 }

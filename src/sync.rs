@@ -32,6 +32,13 @@ pub(crate) use portable_atomic::AtomicU64;
 #[cfg(all(not(atomic_limiter_loom), not(feature = "portable-atomic")))]
 pub(crate) use core::sync::atomic::AtomicU64;
 
+#[cfg(not(feature = "portable-atomic"))]
+pub(crate) use core::sync::atomic::AtomicU64 as StaticAtomicU64;
+/// An atomic that can live in a `static` (loom's cannot be built in one). Its one user, the jitter
+/// sequence, takes part in no protocol the loom models check.
+#[cfg(feature = "portable-atomic")]
+pub(crate) use portable_atomic::AtomicU64 as StaticAtomicU64;
+
 #[cfg(all(atomic_limiter_loom, feature = "loom"))]
 pub(crate) use loom::sync::atomic::AtomicUsize;
 

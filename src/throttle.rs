@@ -1,0 +1,117 @@
+use core::time::Duration;
+
+use crate::clock::Clock;
+use crate::gcra_math::{self, GcraParams, MAX_QUEUE_UNITS};
+use crate::state_cell::{StateCell, Step};
+use crate::{InsufficientCapacity, Quota, ThrottleError};
+
+/// The leaky bucket as a **queue**: it spaces requests at the quota's pace instead of refusing
+/// them. Each caller reserves the next free slot with one compare-and-swap and learns how long to
+/// wait before it may proceed (`Duration::ZERO` while the burst lasts).
+///
+/// The leaky bucket as a *meter* (refuse what overflows) is GCRA, that is [`Gcra`](crate::Gcra):
+/// the same theoretical arrival time, where a check that would have to wait is refused instead.
+/// Here the wait is handed to the caller, and the slot is theirs: a reservation is never refused
+/// unless the wait would exceed the caller's maximum (then nothing is reserved).
+///
+/// # Examples
+///
+/// Two per second with no burst: slots every 500 ms.
+///
+/// ```
+/// use atomic_limiter::{ManualClock, Quota, Throttle};
+/// use std::time::Duration;
+///
+/// let t = Throttle::with_clock(Quota::per_second(2).with_burst(1), ManualClock::new());
+/// let max = Duration::from_secs(10);
+/// assert_eq!(t.reserve(max), Ok(Duration::ZERO));
+/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(500)));
+/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(1000)));
+/// // Not willing to wait that long: nothing is reserved.
+/// assert!(t.reserve(Duration::from_millis(100)).is_err());
+/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(1500)));
+/// ```
+#[derive(Debug)]
+pub struct Throttle<C> {
+    /// The next free slot (theoretical arrival time), in units of `1/scale` ns.
+    tat: StateCell,
+    params: GcraParams,
+    quota: Quota,
+    clock: C,
+}
+
+impl<C: Clock> Throttle<C> {
+    /// A throttle on `clock` whose first `burst` slots are free now, then one per period.
+    pub fn with_clock(quota: Quota, clock: C) -> Throttle<C> {
+        let params = GcraParams::new(&quota);
+        Throttle {
+            tat: StateCell::new(params.units(clock.now())),
+            params,
+            quota,
+            clock,
+        }
+    }
+
+    /// Reserves one slot; returns how long to wait before using it.
+    ///
+    /// # Errors
+    ///
+    /// [`ThrottleError::WouldWait`] if the slot is more than `max_wait` away (nothing reserved).
+    #[inline]
+    pub fn reserve(&self, max_wait: Duration) -> Result<Duration, ThrottleError> {
+        self.reserve_n(1, max_wait)
+    }
+
+    /// Reserves `n` tokens' worth of slots at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ThrottleError::InsufficientCapacity`] if `n` exceeds the burst;
+    /// [`ThrottleError::WouldWait`] if the wait would exceed `max_wait` (capped at about
+    /// `2^61 / denominator` ns, 73 years for whole-nanosecond periods). Nothing is reserved.
+    #[inline]
+    pub fn reserve_n(&self, n: u32, max_wait: Duration) -> Result<Duration, ThrottleError> {
+        if n > self.params.burst {
+            return Err(ThrottleError::InsufficientCapacity(InsufficientCapacity {
+                requested: n,
+                burst: self.params.burst,
+            }));
+        }
+        let scale = self.params.scale;
+        let max = u64::try_from(max_wait.as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(scale)
+            .min(MAX_QUEUE_UNITS);
+        let now = self.params.units(self.clock.now());
+        let to_ns = |units: u64| Duration::from_nanos(units.div_ceil(scale));
+        self.tat.update(
+            |tat| match gcra_math::reserve(tat, now, n, &self.params, max) {
+                Ok((new, wait)) => Step::Store(new, Ok(to_ns(wait))),
+                Err(wait) => Step::Keep(Err(ThrottleError::WouldWait(to_ns(wait)))),
+            },
+        )
+    }
+
+    /// The quota it paces to.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// For the loom models' teeth: `reserve_n` with the CAS replaced by a load and a store.
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    pub fn loom_broken_reserve(&self, max_wait: Duration) -> Result<Duration, ThrottleError> {
+        let scale = self.params.scale;
+        let max = (max_wait.as_nanos() as u64)
+            .saturating_mul(scale)
+            .min(MAX_QUEUE_UNITS);
+        let now = self.params.units(self.clock.now());
+        let to_ns = |units: u64| Duration::from_nanos(units.div_ceil(scale));
+        self.tat.update_racy(
+            |tat| match gcra_math::reserve(tat, now, 1, &self.params, max) {
+                Ok((new, wait)) => Step::Store(new, Ok(to_ns(wait))),
+                Err(wait) => Step::Keep(Err(ThrottleError::WouldWait(to_ns(wait)))),
+            },
+        )
+    }
+}

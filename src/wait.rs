@@ -1,0 +1,96 @@
+use core::time::Duration;
+
+use crate::sync::{Ordering, StaticAtomicU64};
+
+/// How long to wait for a limiter at most, and how much random jitter to add to each sleep.
+///
+/// Jitter spreads callers that were refused together, so they do not all retry in the same
+/// instant; a sleep is never shorter than the advertised `retry_after`, only up to `jitter` longer.
+///
+/// # Examples
+///
+/// ```
+/// use atomic_limiter::Wait;
+/// use std::time::Duration;
+///
+/// let w = Wait::up_to(Duration::from_secs(2)).with_jitter(Duration::from_millis(5));
+/// assert_eq!(w.max_wait(), Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    max_wait: Duration,
+    jitter: Duration,
+}
+
+impl Wait {
+    /// Wait at most `max_wait` in total, no jitter.
+    pub const fn up_to(max_wait: Duration) -> Wait {
+        Wait {
+            max_wait,
+            jitter: Duration::ZERO,
+        }
+    }
+
+    /// Add up to `jitter` (uniformly) to each sleep.
+    pub const fn with_jitter(self, jitter: Duration) -> Wait {
+        Wait { jitter, ..self }
+    }
+
+    /// The most time spent waiting before giving up.
+    pub const fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+
+    /// The sleep before the next try, for an advertised `retry_after`.
+    pub(crate) fn sleep_for(&self, retry_after: Duration) -> Duration {
+        // Never zero: a refusal always comes with a positive wait, but a sleep of nothing would spin.
+        let base = retry_after.max(Duration::from_nanos(1));
+        let jitter = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
+        if jitter == 0 {
+            return base;
+        }
+        base.saturating_add(Duration::from_nanos(next_random() % (jitter + 1)))
+    }
+}
+
+/// What a waiting loop does after one check.
+pub(crate) enum Next {
+    /// Granted: return it.
+    Done(crate::Decision),
+    /// Refused: sleep this long, then try again.
+    Sleep(Duration),
+}
+
+impl Wait {
+    /// The waiting loops' one decision: done, sleep, or give up (`waited` so far).
+    pub(crate) fn next(
+        &self,
+        checked: Result<crate::Decision, crate::InsufficientCapacity>,
+        waited: Duration,
+    ) -> Result<Next, crate::WaitError> {
+        let d = checked?;
+        if d.is_allowed() {
+            return Ok(Next::Done(d));
+        }
+        let nap = self.sleep_for(d.retry_after());
+        if waited.saturating_add(nap) > self.max_wait {
+            return Err(crate::WaitError::TimedOut {
+                waited,
+                retry_after: d.retry_after(),
+            });
+        }
+        Ok(Next::Sleep(nap))
+    }
+}
+
+/// A cheap shared pseudo-random sequence for jitter (not for anything that needs secrecy).
+fn next_random() -> u64 {
+    static STATE: StaticAtomicU64 = StaticAtomicU64::new(0x9E37_79B9_7F4A_7C15);
+    // Relaxed: only the value matters; each caller gets a distinct step of the sequence.
+    let x = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+    // SplitMix64's finaliser.
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,394 @@
+//! Fixed and sliding windows as pure arithmetic over one packed word.
+//!
+//! # Window index without a division
+//!
+//! A reading `t` ns after the limiter's epoch falls in window `k = floor(t / W)`. The hot path
+//! finds `k` with a multiply by the precomputed reciprocal `floor(2^64 / W)`, which gives `k` or
+//! `k - 1`, and one comparison that corrects it: exact, and no division instruction.
+//!
+//! # Layouts
+//!
+//! Counts are as wide as the limit needs (`count_bits` = bit length of the limit); the window index
+//! takes the rest, wrapping.
+//!
+//! | limiter | bits, low to high |
+//! |---|---|
+//! | fixed window | `count` (`count_bits`), `index` (`64 - count_bits`) |
+//! | sliding window counter | `current` (`count_bits`), `previous` (`count_bits`), `index` (`64 - 2·count_bits`) |
+//!
+//! # Clock steps and wrap-around
+//!
+//! The distance `d = (k - index) mod 2^index_bits` is read as: 0, the same window; 1 (sliding
+//! only), the next window; in the upper half, a clock that stepped back, treated as the same
+//! window (a count is never reset by a step back); otherwise a window further on, whose counts all
+//! start at 0. A window index that wrapped all the way round can only be misread as "same" or
+//! "next", which keeps old counts: fewer admissions, never more.
+
+use crate::{Quota, QuotaError};
+
+/// A window quota: at most `limit` admissions per window of `window` ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WindowParams {
+    pub(crate) limit: u64,
+    pub(crate) window: u64,
+    /// floor(2^64 / window), for the division-free window index (window >= 2).
+    recip: u128,
+    pub(crate) count_bits: u32,
+    pub(crate) epoch: u64,
+}
+
+impl WindowParams {
+    /// The largest limit of a sliding window counter: two counts and at least 24 bits of index.
+    pub(crate) const MAX_SLIDING_LIMIT: u64 = (1 << 20) - 1;
+
+    /// `quota.rate()` admissions per `quota.per()`, counted from `epoch`.
+    pub(crate) fn new(
+        quota: &Quota,
+        epoch: u64,
+        max_limit: u64,
+    ) -> Result<WindowParams, QuotaError> {
+        let limit = quota.rate();
+        if limit > max_limit {
+            return Err(QuotaError::LimitTooLarge { limit });
+        }
+        let window = quota.per().as_nanos() as u64;
+        Ok(WindowParams {
+            limit,
+            window,
+            recip: (1u128 << 64) / u128::from(window),
+            count_bits: u64::BITS - limit.leading_zeros(),
+            epoch,
+        })
+    }
+
+    /// The window index of `now`, and the ns elapsed in it. A reading before the epoch counts as
+    /// the epoch.
+    #[inline]
+    pub(crate) fn locate(&self, now: u64) -> (u64, u64) {
+        let t = now.saturating_sub(self.epoch);
+        let mut k = ((u128::from(t) * self.recip) >> 64) as u64;
+        // The reciprocal is rounded down, so k is exact or one short.
+        if (u128::from(k) + 1) * u128::from(self.window) <= u128::from(t) {
+            k += 1;
+        }
+        (k, t - k * self.window)
+    }
+
+    /// ns from `now` to the end of the window with index `k` and `elapsed` ns into it.
+    #[inline]
+    pub(crate) fn left_in_window(&self, elapsed: u64) -> u64 {
+        self.window - elapsed
+    }
+
+    fn index_bits(&self, counts: u32) -> u32 {
+        64 - counts * self.count_bits
+    }
+
+    /// The distance from the stored index to `k`, classified.
+    #[inline]
+    fn step(&self, stored: u64, k: u64, counts: u32) -> Step {
+        let bits = self.index_bits(counts);
+        let mask = if bits == 64 {
+            u64::MAX
+        } else {
+            (1 << bits) - 1
+        };
+        let d = k.wrapping_sub(stored) & mask;
+        if d == 0 || d > mask >> 1 {
+            Step::Same
+        } else if d == 1 {
+            Step::Next
+        } else {
+            Step::Later
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Same,
+    Next,
+    Later,
+}
+
+/// What a window step decides: the word to store (if any) and the figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WindowOutcome {
+    pub(crate) allowed: bool,
+    pub(crate) word: Option<u64>,
+    pub(crate) remaining: u64,
+    pub(crate) retry_ns: u64,
+    pub(crate) reset_ns: u64,
+}
+
+/// One fixed-window step for `n <= limit` at `now`.
+#[inline]
+pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
+    let cb = p.count_bits;
+    let count_mask = (1u64 << cb) - 1;
+    let (stored, count) = (word >> cb, word & count_mask);
+    let (k, elapsed) = p.locate(now);
+    let (index, count) = match p.step(stored, k, 1) {
+        // A step back keeps the stored window and its count.
+        Step::Same => (stored, count),
+        Step::Next | Step::Later => (k, 0),
+    };
+    let to_end = p.left_in_window(elapsed);
+    let n = u64::from(n);
+    if count + n <= p.limit {
+        let after = count + n;
+        WindowOutcome {
+            allowed: true,
+            word: (n > 0).then_some((index << cb) | after),
+            remaining: p.limit - after,
+            retry_ns: 0,
+            reset_ns: if after == 0 { 0 } else { to_end },
+        }
+    } else {
+        WindowOutcome {
+            allowed: false,
+            word: None,
+            remaining: p.limit - count,
+            retry_ns: to_end,
+            reset_ns: to_end,
+        }
+    }
+}
+
+/// One sliding-window-counter step for `n <= limit` at `now`: the previous window's count weighted
+/// by how much of it still overlaps the last `W` ns, plus the current count, must stay within the
+/// limit: `previous × (W - elapsed) + (current + n) × W <= limit × W`.
+#[inline]
+pub(crate) fn sliding(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
+    let cb = p.count_bits;
+    let count_mask = (1u64 << cb) - 1;
+    let (stored, previous, current) = (
+        word >> (2 * cb),
+        (word >> cb) & count_mask,
+        word & count_mask,
+    );
+    let (k, elapsed) = p.locate(now);
+    let (index, previous, current) = match p.step(stored, k, 2) {
+        Step::Same => (stored, previous, current),
+        Step::Next => (k, current, 0),
+        Step::Later => (k, 0, 0),
+    };
+    let w = u128::from(p.window);
+    let weighted = u128::from(previous) * (w - u128::from(elapsed));
+    let n = u64::from(n);
+    let passes = weighted + u128::from(current + n) * w <= u128::from(p.limit) * w;
+    // Whole admissions left now: limit - current - ceil(weighted / W).
+    let used = u128::from(current) + weighted.div_ceil(w);
+    let remaining = u128::from(p.limit).saturating_sub(used) as u64;
+    // When the request passes if nobody else comes: the weight falls as the window moves on; past
+    // this window's end the current count becomes the previous one.
+    let to_end = p.left_in_window(elapsed);
+    if passes {
+        let after = current + n;
+        let used_after = u128::from(after) + weighted.div_ceil(w);
+        WindowOutcome {
+            allowed: true,
+            word: (n > 0).then_some((index << (2 * cb)) | (previous << cb) | after),
+            remaining: u128::from(p.limit).saturating_sub(used_after) as u64,
+            retry_ns: 0,
+            reset_ns: reset_after(previous, after, to_end, p),
+        }
+    } else {
+        WindowOutcome {
+            allowed: false,
+            word: None,
+            remaining,
+            retry_ns: wait_sliding(previous, current, n, elapsed, p),
+            reset_ns: reset_after(previous, current, to_end, p),
+        }
+    }
+}
+
+/// ns until both counts have slid out: the previous one at the end of this window if the current
+/// one is empty, otherwise one more window.
+fn reset_after(previous: u64, current: u64, to_end: u64, p: &WindowParams) -> u64 {
+    match (previous, current) {
+        (0, 0) => 0,
+        (_, 0) => to_end,
+        _ => to_end + p.window,
+    }
+}
+
+/// The shortest wait after which `n` more pass, if nobody else comes: within this window, when
+/// `previous × (W - e) <= (limit - current - n) × W`; else in the next window, where the current
+/// count becomes the previous one and the weight starts again from full.
+fn wait_sliding(previous: u64, current: u64, n: u64, elapsed: u64, p: &WindowParams) -> u64 {
+    let w = u128::from(p.window);
+    let limit = u128::from(p.limit);
+    let (previous, current, n) = (u128::from(previous), u128::from(current), u128::from(n));
+    if current + n <= limit && previous > 0 {
+        // Smallest e' >= elapsed with previous × (W - e') <= (limit - current - n) × W.
+        let room = (limit - current - n) * w;
+        let need = (previous * w).saturating_sub(room); // previous × e' >= need
+        let e = need.div_ceil(previous);
+        if e < w {
+            return (e as u64).saturating_sub(elapsed).max(1);
+        }
+    }
+    // Next window: current becomes previous; need current × (W - e') + n × W <= limit × W.
+    let to_end = u128::from(p.left_in_window(elapsed));
+    if n > limit {
+        return u64::MAX;
+    }
+    let room = (limit - n) * w;
+    let need = (current * w).saturating_sub(room);
+    let e = if current == 0 {
+        0
+    } else {
+        need.div_ceil(current)
+    };
+    (to_end + e).min(u128::from(u64::MAX)) as u64
+}
+
+/// A window limiter type: the struct, its constructors, the CAS through `StateCell`, and
+/// `RateLimiter`. `$step` is `fixed` or `sliding`; `$max` the largest limit.
+macro_rules! window_limiter {
+    ($(#[$doc:meta])* $name:ident, $step:path, $max:expr) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name<C> {
+            word: crate::state_cell::StateCell,
+            params: crate::window_math::WindowParams,
+            quota: crate::Quota,
+            clock: C,
+        }
+
+        impl<C: crate::Clock> $name<C> {
+            /// At most `quota.rate()` admissions per window of `quota.per()`, windows counted from
+            /// now on `clock` (the quota's burst is not used).
+            ///
+            /// # Errors
+            ///
+            /// [`QuotaError::LimitTooLarge`](crate::QuotaError::LimitTooLarge) if the limit does
+            /// not fit the packed counters.
+            pub fn with_clock(quota: crate::Quota, clock: C) -> Result<Self, crate::QuotaError> {
+                let params = crate::window_math::WindowParams::new(&quota, clock.now(), $max)?;
+                Ok($name {
+                    word: crate::state_cell::StateCell::new(0),
+                    params,
+                    quota,
+                    clock,
+                })
+            }
+
+            /// Asks for one token.
+            #[inline]
+            pub fn check(&self) -> crate::Decision {
+                self.run(1)
+            }
+
+            /// Asks for `n` admissions at once, all or nothing; `n = 0` peeks.
+            ///
+            /// # Errors
+            ///
+            /// [`InsufficientCapacity`](crate::InsufficientCapacity) if `n` exceeds the limit.
+            #[inline]
+            pub fn check_n(&self, n: u32) -> Result<crate::Decision, crate::InsufficientCapacity> {
+                if u64::from(n) > self.params.limit {
+                    return Err(crate::InsufficientCapacity {
+                        requested: n,
+                        burst: self.params.limit as u32,
+                    });
+                }
+                Ok(self.run(n))
+            }
+
+            #[inline]
+            fn run(&self, n: u32) -> crate::Decision {
+                let now = self.clock.now();
+                let resolution = self.clock.resolution();
+                self.word.update(|word| {
+                    let o = $step(word, now, n, &self.params);
+                    let d = crate::Decision::new(
+                        o.allowed,
+                        resolution,
+                        crate::decision::Detail::Eager {
+                            remaining: o.remaining,
+                            retry_ns: o.retry_ns,
+                            reset_ns: o.reset_ns,
+                        },
+                    );
+                    match o.word {
+                        Some(new) => crate::state_cell::Step::Store(new, d),
+                        None => crate::state_cell::Step::Keep(d),
+                    }
+                })
+            }
+
+            /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.
+            #[cfg(atomic_limiter_loom)]
+            #[doc(hidden)]
+            pub fn loom_broken_check_n(&self, n: u32) -> crate::Decision {
+                let now = self.clock.now();
+                self.word.update_racy(|word| {
+                    let o = $step(word, now, n, &self.params);
+                    let d = crate::Decision::new(
+                        o.allowed,
+                        1,
+                        crate::decision::Detail::Eager {
+                            remaining: o.remaining,
+                            retry_ns: o.retry_ns,
+                            reset_ns: o.reset_ns,
+                        },
+                    );
+                    match o.word {
+                        Some(new) => crate::state_cell::Step::Store(new, d),
+                        None => crate::state_cell::Step::Keep(d),
+                    }
+                })
+            }
+        }
+
+        impl<C: crate::Clock> crate::RateLimiter for $name<C> {
+            #[inline]
+            fn check(&self) -> crate::Decision {
+                $name::check(self)
+            }
+
+            #[inline]
+            fn check_n(&self, n: u32) -> Result<crate::Decision, crate::InsufficientCapacity> {
+                $name::check_n(self, n)
+            }
+
+            fn quota(&self) -> &crate::Quota {
+                &self.quota
+            }
+        }
+    };
+}
+
+pub(crate) use window_limiter;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::time::Duration;
+
+    #[test]
+    fn locate_is_exact() {
+        for w in [2u64, 3, 7, 1_000, 999_999_937, 1 << 40] {
+            let q = Quota::try_new(1, Duration::from_nanos(w), 1).unwrap();
+            let p = WindowParams::new(&q, 5, u64::MAX).unwrap();
+            for t in [
+                0u64,
+                1,
+                w - 1,
+                w,
+                w + 1,
+                7 * w - 1,
+                7 * w,
+                u64::MAX / 3,
+                u64::MAX - 5,
+            ] {
+                let (k, e) = p.locate(t.saturating_add(5));
+                let t = t.min(u64::MAX - 5);
+                assert_eq!((k, e), (t / w, t % w), "w {w} t {t}");
+            }
+        }
+    }
+}

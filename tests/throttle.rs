@@ -1,0 +1,98 @@
+//! The throttle (leaky bucket as a queue): exact spacing, unique slots under threads, honest refusals.
+
+use atomic_limiter::{Clock, ManualClock, Quota, Throttle, ThrottleError};
+use proptest::prelude::*;
+use std::sync::Barrier;
+use std::thread;
+use std::time::Duration;
+
+const FOREVER: Duration = Duration::from_secs(3600 * 24 * 365);
+
+proptest! {
+    /// Against exact arithmetic: tokens as a numerator over the interval that may go negative
+    /// (a queue); a reservation waits until the numerator is back at zero.
+    #[test]
+    fn waits_match_exact_arithmetic(
+        rate in 1u64..=1000, burst in 1u32..=20,
+        ops in proptest::collection::vec((0u64..=3_000_000_000, 1u32..=20), 1..100)
+    ) {
+        let q = Quota::try_new(rate, Duration::from_secs(1), burst);
+        prop_assume!(q.is_ok(), "rates whose period is not exact are rejected");
+        let q = q.unwrap();
+        let clock = ManualClock::new();
+        let t = Throttle::with_clock(q, clock.clone());
+        let per = 1_000_000_000i128;
+        let cap = i128::from(burst) * per;
+        let (mut num, mut last) = (cap, 0u64);
+        for (advance, n) in ops {
+            clock.advance_nanos(advance);
+            let now = clock.now();
+            num = (num + i128::from(now - last) * i128::from(rate)).min(cap);
+            last = now;
+            let got = t.reserve_n(n, FOREVER);
+            if n > burst {
+                prop_assert!(matches!(got, Err(ThrottleError::InsufficientCapacity(_))));
+                continue;
+            }
+            num -= i128::from(n) * per;
+            let wait = if num >= 0 { 0 } else { ((-num) + i128::from(rate) - 1) / i128::from(rate) };
+            prop_assert_eq!(got, Ok(Duration::from_nanos(wait as u64)));
+        }
+    }
+}
+
+/// Threads reserving at once on a frozen clock get distinct slots: the burst at once, then one per
+/// period, none shared and none skipped.
+#[test]
+fn concurrent_reservations_get_distinct_evenly_spaced_slots() {
+    let threads = 2 * thread::available_parallelism().map_or(2, |n| n.get());
+    let per_thread = 200;
+    let t = Throttle::with_clock(Quota::per_second(1000).with_burst(5), ManualClock::new());
+    let barrier = Barrier::new(threads);
+    let mut waits: Vec<Duration> = thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    (0..per_thread)
+                        .map(|_| t.reserve(FOREVER).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    waits.sort();
+    let expected: Vec<Duration> = (0..threads * per_thread)
+        .map(|i| Duration::from_millis(i.saturating_sub(4) as u64))
+        .collect();
+    assert_eq!(waits, expected);
+}
+
+#[test]
+fn a_refusal_reserves_nothing() {
+    let clock = ManualClock::new();
+    let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), clock.clone());
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
+    assert_eq!(
+        t.reserve(Duration::from_millis(99)),
+        Err(ThrottleError::WouldWait(Duration::from_millis(100)))
+    );
+    assert_eq!(
+        t.reserve(Duration::from_millis(100)),
+        Ok(Duration::from_millis(100))
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(t.reserve(Duration::ZERO), Ok(Duration::ZERO));
+    assert!(clock.now() > 0);
+}
+
+#[test]
+fn a_clock_stepping_back_grants_no_earlier_slot() {
+    let clock = ManualClock::starting_at(10_000_000_000);
+    let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), clock.clone());
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
+    clock.rewind(Duration::from_secs(5));
+    // The next slot is still 100 ms after the first one, measured on the stepped-back clock.
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(5100)));
+}

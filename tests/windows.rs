@@ -1,0 +1,269 @@
+//! Fixed window and sliding window counter: against reference models written with plain division
+//! and no packing, their documented worst cases, their waits, and threads.
+
+use atomic_limiter::{Clock, FixedWindow, ManualClock, Quota, RateLimiter, SlidingWindowCounter};
+use proptest::prelude::*;
+use std::collections::VecDeque;
+use std::sync::Barrier;
+use std::thread;
+use std::time::Duration;
+
+/// The fixed window by the book: window `(t - epoch) / W`, a count reset in each new window.
+struct FixedModel {
+    limit: u64,
+    window: u64,
+    epoch: u64,
+    index: u64,
+    count: u64,
+}
+
+impl FixedModel {
+    fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
+        let k = (now - self.epoch) / self.window;
+        if k != self.index {
+            self.index = k;
+            self.count = 0;
+        }
+        let ok = self.count + n <= self.limit;
+        if ok {
+            self.count += n;
+        }
+        (ok, self.limit - self.count)
+    }
+}
+
+/// The two-window counter by the book, in exact rationals: allowed iff
+/// `previous × (W - e) / W + current + n <= limit`.
+struct SlidingModel {
+    limit: u64,
+    window: u64,
+    epoch: u64,
+    index: u64,
+    previous: u64,
+    current: u64,
+}
+
+impl SlidingModel {
+    fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
+        let t = now - self.epoch;
+        let k = t / self.window;
+        if k == self.index + 1 {
+            self.previous = self.current;
+            self.current = 0;
+        } else if k > self.index + 1 {
+            self.previous = 0;
+            self.current = 0;
+        }
+        self.index = k;
+        let (w, e) = (self.window as u128, (t % self.window) as u128);
+        let weighted = self.previous as u128 * (w - e);
+        let ok = weighted + (self.current + n) as u128 * w <= self.limit as u128 * w;
+        if ok {
+            self.current += n;
+        }
+        let used = self.current as u128 + weighted.div_ceil(w);
+        (ok, (self.limit as u128).saturating_sub(used) as u64)
+    }
+}
+
+fn quota() -> impl Strategy<Value = Quota> {
+    (
+        1u64..=50,
+        prop_oneof![Just(1_000_000_000u64), 1u64..=10_000_000],
+    )
+        .prop_filter_map("quota", |(limit, w)| {
+            Quota::try_new(limit, Duration::from_nanos(w), 1).ok()
+        })
+}
+
+fn runs() -> impl Strategy<Value = (Quota, u64, Vec<(u64, u32)>)> {
+    quota().prop_flat_map(|q| {
+        let w = q.per().as_nanos() as u64;
+        let limit = q.rate() as u32;
+        (
+            Just(q),
+            any::<u64>().prop_map(|s| s >> 4),
+            proptest::collection::vec((0..=w.saturating_mul(2) / 3, 0..=limit + 1), 1..150),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)
+    ))]
+
+    #[test]
+    fn fixed_window_matches_its_model((q, start, ops) in runs()) {
+        let clock = ManualClock::starting_at(start);
+        let w = FixedWindow::with_clock(q, clock.clone()).unwrap();
+        let mut m = FixedModel { limit: q.rate(), window: q.per().as_nanos() as u64, epoch: start, index: 0, count: 0 };
+        for (advance, n) in ops {
+            clock.advance_nanos(advance);
+            let d = w.check_n(n);
+            if u64::from(n) > q.rate() { prop_assert!(d.is_err()); continue; }
+            let d = d.unwrap();
+            let (ok, remaining) = m.check(clock.now(), u64::from(n));
+            prop_assert_eq!(d.is_allowed(), ok);
+            prop_assert_eq!(d.remaining(), remaining);
+        }
+    }
+
+    #[test]
+    fn sliding_counter_matches_its_model((q, start, ops) in runs()) {
+        let clock = ManualClock::starting_at(start);
+        let w = SlidingWindowCounter::with_clock(q, clock.clone()).unwrap();
+        let mut m = SlidingModel { limit: q.rate(), window: q.per().as_nanos() as u64, epoch: start, index: 0, previous: 0, current: 0 };
+        for (advance, n) in ops {
+            clock.advance_nanos(advance);
+            let d = w.check_n(n);
+            if u64::from(n) > q.rate() { prop_assert!(d.is_err()); continue; }
+            let d = d.unwrap();
+            let (ok, remaining) = m.check(clock.now(), u64::from(n));
+            prop_assert_eq!(d.is_allowed(), ok);
+            prop_assert_eq!(d.remaining(), remaining);
+        }
+    }
+
+    /// Any span of length W holds at most `limit` admissions per window it touches: at most
+    /// `2 × limit` for the fixed window, `2 × limit - 1` for the sliding counter.
+    #[test]
+    fn no_span_of_one_window_exceeds_the_documented_bound((q, start, ops) in runs()) {
+        let width = q.per().as_nanos() as u64;
+        let limit = q.rate();
+        let clock = ManualClock::starting_at(start);
+        let fixed = FixedWindow::with_clock(q, clock.clone()).unwrap();
+        let sliding = SlidingWindowCounter::with_clock(q, clock.clone()).unwrap();
+        let mut logs = [VecDeque::<(u64, u64)>::new(), VecDeque::new()];
+        let bounds = [2 * limit, 2 * limit - 1];
+        for (advance, n) in ops {
+            clock.advance_nanos(advance);
+            if u64::from(n) > limit { continue; }
+            let now = clock.now();
+            let limiters: [&dyn RateLimiter; 2] = [&fixed, &sliding];
+            for (i, l) in limiters.into_iter().enumerate() {
+                if l.check_n(n).unwrap().is_allowed() && n > 0 {
+                    logs[i].push_back((now, u64::from(n)));
+                }
+                // Admissions in (now - W, now].
+                while logs[i].front().is_some_and(|&(t, _)| t + width <= now) {
+                    logs[i].pop_front();
+                }
+                let in_span: u64 = logs[i].iter().map(|&(_, k)| k).sum();
+                prop_assert!(in_span <= bounds[i], "{} in a span of W, bound {}", in_span, bounds[i]);
+            }
+        }
+    }
+
+    /// Waiting exactly the advertised retry-after passes; one nanosecond less does not.
+    #[test]
+    fn retry_after_is_the_shortest_sufficient_wait((q, start, ops) in runs()) {
+        for sliding in [false, true] {
+            let clock = ManualClock::starting_at(start);
+            let l: Box<dyn RateLimiter> = if sliding {
+                Box::new(SlidingWindowCounter::with_clock(q, clock.clone()).unwrap())
+            } else {
+                Box::new(FixedWindow::with_clock(q, clock.clone()).unwrap())
+            };
+            for &(advance, n) in &ops {
+                clock.advance_nanos(advance);
+                if u64::from(n) > q.rate() { continue; }
+                let d = l.check_n(n).unwrap();
+                if d.is_denied() {
+                    let wait = d.retry_after().as_nanos() as u64;
+                    prop_assert!(wait > 0);
+                    clock.advance_nanos(wait - 1);
+                    prop_assert!(l.check_n(n).unwrap().is_denied(), "sliding {}: passed early", sliding);
+                    clock.advance_nanos(1);
+                    prop_assert!(l.check_n(n).unwrap().is_allowed(), "sliding {}: denied after retry_after", sliding);
+                }
+            }
+        }
+    }
+}
+
+/// The sliding counter's worst case is reached: the whole limit at the very end of one window,
+/// then the weight lets nearly the whole limit in again before that span of W ends.
+#[test]
+fn sliding_counter_worst_case_is_reached_and_bounded() {
+    let clock = ManualClock::new();
+    let limit = 100;
+    let w = SlidingWindowCounter::with_clock(Quota::per_second(limit), clock.clone()).unwrap();
+    clock.set(999_999_999); // the last nanosecond of window 0
+    assert!(w.check_n(limit as u32).unwrap().is_allowed());
+    let mut in_span = limit;
+    // Through window 1, up to 1 ns before the span that began at 999_999_999 ends.
+    while clock.now() < 1_999_999_998 {
+        clock.advance_nanos(1_000_000);
+        in_span += w.check().is_allowed() as u64;
+    }
+    assert!(in_span < 2 * limit, "{in_span}");
+    assert!(
+        in_span >= 2 * limit - 2,
+        "the worst case is {in_span}, not near 2 x limit"
+    );
+}
+
+/// The fixed window's edge: the whole limit at the end of one window and again at the start of
+/// the next.
+#[test]
+fn fixed_window_admits_twice_the_limit_across_an_edge() {
+    let clock = ManualClock::starting_at(0);
+    let w = FixedWindow::with_clock(Quota::per_second(10), clock.clone()).unwrap();
+    clock.set(999_999_999);
+    assert!(w.check_n(10).unwrap().is_allowed());
+    clock.set(1_000_000_000);
+    assert!(w.check_n(10).unwrap().is_allowed());
+}
+
+#[test]
+fn clock_stepping_back_keeps_the_count() {
+    for sliding in [false, true] {
+        let clock = ManualClock::starting_at(5_000_000_000);
+        let l: Box<dyn RateLimiter> = if sliding {
+            Box::new(SlidingWindowCounter::with_clock(Quota::per_second(5), clock.clone()).unwrap())
+        } else {
+            Box::new(FixedWindow::with_clock(Quota::per_second(5), clock.clone()).unwrap())
+        };
+        clock.advance(Duration::from_millis(2500));
+        assert!(l.check_n(5).unwrap().is_allowed());
+        clock.rewind(Duration::from_secs(2));
+        assert!(
+            l.check().is_denied(),
+            "sliding {sliding}: a step back reset the count"
+        );
+    }
+}
+
+#[test]
+fn limits_too_large_are_typed_errors() {
+    let q = Quota::try_new(2_000_000, Duration::from_secs(1), 1).unwrap();
+    assert!(SlidingWindowCounter::with_clock(q, ManualClock::new()).is_err());
+    assert!(FixedWindow::with_clock(q, ManualClock::new()).is_ok());
+}
+
+#[test]
+fn frozen_clock_threads_admit_exactly_the_limit() {
+    let threads = 2 * thread::available_parallelism().map_or(2, |n| n.get());
+    for limit in [1u64, 7, 500] {
+        let q = Quota::per_second(limit);
+        let fixed = FixedWindow::with_clock(q, ManualClock::new()).unwrap();
+        let sliding = SlidingWindowCounter::with_clock(q, ManualClock::new()).unwrap();
+        let limiters: [&(dyn RateLimiter + Sync); 2] = [&fixed, &sliding];
+        for l in limiters {
+            let barrier = Barrier::new(threads);
+            let admitted: usize = thread::scope(|s| {
+                let hs: Vec<_> = (0..threads)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            (0..limit).filter(|_| l.check().is_allowed()).count()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).sum()
+            });
+            assert_eq!(admitted as u64, limit);
+        }
+    }
+}
