@@ -178,7 +178,7 @@ pub fn allow_subjects() -> Vec<Subject> {
             "FixedWindow",
             Kind::Ours,
             atomic_limiter::FixedWindow::with_clock(
-                Quota::try_new((1 << 31) - 1, Duration::from_secs(1), 1).unwrap(),
+                Quota::per_second(1_000_000_000),
                 QuantaClock::new(),
             )
             .unwrap(),

@@ -16,6 +16,7 @@
 //! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing |
 //! | [`Keyed`] | one limiter per key on dashmap, with bounded memory |
 //! | [`Decision`] | allowed? remaining, retry-after, reset-after |
+//! | [`Wait`], [`WaitError`] | waiting instead of rejecting: [`RateLimiter::wait_n`], [`RateLimiter::until_n_ready_with`] |
 //! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
 //! | [`baseline`] | the textbook mutex limiters, for benchmarks and differential tests |
 //!

@@ -210,7 +210,7 @@ fn reset_after(previous: u64, current: u64, to_end: u64, p: &WindowParams) -> u6
     match (previous, current) {
         (0, 0) => 0,
         (_, 0) => to_end,
-        _ => to_end + p.window,
+        _ => to_end.saturating_add(p.window),
     }
 }
 

@@ -4,67 +4,12 @@
 use atomic_limiter::{Clock, FixedWindow, ManualClock, Quota, RateLimiter, SlidingWindowCounter};
 use proptest::prelude::*;
 use std::collections::VecDeque;
+
+mod common;
+use common::{FixedModel, SlidingModel};
 use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
-
-/// The fixed window by the book: window `(t - epoch) / W`, a count reset in each new window.
-struct FixedModel {
-    limit: u64,
-    window: u64,
-    epoch: u64,
-    index: u64,
-    count: u64,
-}
-
-impl FixedModel {
-    fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
-        let k = (now - self.epoch) / self.window;
-        if k != self.index {
-            self.index = k;
-            self.count = 0;
-        }
-        let ok = self.count + n <= self.limit;
-        if ok {
-            self.count += n;
-        }
-        (ok, self.limit - self.count)
-    }
-}
-
-/// The two-window counter by the book, in exact rationals: allowed iff
-/// `previous × (W - e) / W + current + n <= limit`.
-struct SlidingModel {
-    limit: u64,
-    window: u64,
-    epoch: u64,
-    index: u64,
-    previous: u64,
-    current: u64,
-}
-
-impl SlidingModel {
-    fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
-        let t = now - self.epoch;
-        let k = t / self.window;
-        if k == self.index + 1 {
-            self.previous = self.current;
-            self.current = 0;
-        } else if k > self.index + 1 {
-            self.previous = 0;
-            self.current = 0;
-        }
-        self.index = k;
-        let (w, e) = (self.window as u128, (t % self.window) as u128);
-        let weighted = self.previous as u128 * (w - e);
-        let ok = weighted + (self.current + n) as u128 * w <= self.limit as u128 * w;
-        if ok {
-            self.current += n;
-        }
-        let used = self.current as u128 + weighted.div_ceil(w);
-        (ok, (self.limit as u128).saturating_sub(used) as u64)
-    }
-}
 
 fn quota() -> impl Strategy<Value = Quota> {
     (
@@ -266,4 +211,17 @@ fn frozen_clock_threads_admit_exactly_the_limit() {
             assert_eq!(admitted as u64, limit);
         }
     }
+}
+
+/// Found by `cargo fuzz run differential` once it covered the windows: with a window longer than
+/// half of `u64` nanoseconds, the sliding counter's reset-after (the rest of this window plus the
+/// next) overflowed. It saturates now.
+#[test]
+fn sliding_counter_reset_after_saturates_for_huge_windows() {
+    let q = Quota::try_from_nanos(65_535, 281_474_976_710_180 * 65_535, 1).unwrap();
+    let clock = ManualClock::starting_at(u64::MAX);
+    let w = SlidingWindowCounter::with_clock(q, clock).unwrap();
+    let d = w.check_n(191).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(d.reset_after(), Duration::from_nanos(u64::MAX));
 }

@@ -4,7 +4,9 @@
 //! horizons: GCRA equals the model in every decision and figure, and the bucket never admits what
 //! the model refuses, refuses only within its resolution, and never advertises a wait shorter than
 //! exact. Always, steps back included: GCRA equals its mutex twin, and nobody admits more than
-//! `burst + (latest time - start) × rate / per`.
+//! `burst + (latest time - start) × rate / per`. The fixed window and the sliding window counter
+//! run the same operations against their exact models, and never admit more than their documented
+//! bound within one window's span.
 #![no_main]
 
 #[path = "../../tests/common/mod.rs"]
@@ -13,8 +15,9 @@ mod shared;
 
 use arbitrary::Arbitrary;
 use atomic_limiter::baseline::MutexGcra;
-use atomic_limiter::{Clock, Gcra, ManualClock, RateLimiter, TokenBucket};
-use common::{Model, bucket_may_refuse, bucket_wait_slack};
+use atomic_limiter::{Clock, FixedWindow, Gcra, ManualClock, RateLimiter, SlidingWindowCounter, TokenBucket};
+use common::{FixedModel, Model, SlidingModel, bucket_may_refuse, bucket_wait_slack};
+use std::collections::VecDeque;
 use libfuzzer_sys::fuzz_target;
 use shared::QuotaSpec;
 
@@ -52,6 +55,14 @@ fuzz_target!(|input: Input| {
     let horizon = gcra.horizon().min(bucket.idle_horizon()).as_nanos() as u64 / 2;
     // Steps back are kept within what both limiters tell apart from a long idle.
     let back_limit = gcra.horizon().min(bucket.backward_tolerance()).as_nanos() as u64;
+    // The window limiters read the quota as `rate` per `per`; their exact models.
+    let width = quota.per().as_nanos() as u64;
+    let limit = quota.rate();
+    let fixed = FixedWindow::with_clock(quota, clock.clone()).ok();
+    let sliding = SlidingWindowCounter::with_clock(quota, clock.clone()).ok();
+    let mut fixed_model = FixedModel { limit, window: width, epoch: start, index: 0, count: 0 };
+    let mut sliding_model = SlidingModel { limit, window: width, epoch: start, index: 0, previous: 0, current: 0 };
+    let mut window_logs = [VecDeque::<(u64, u64)>::new(), VecDeque::new()];
     let mut exact = true;
     let mut latest = start;
     let (mut admitted_gcra, mut admitted_bucket) = (0u128, 0u128);
@@ -84,6 +95,35 @@ fuzz_target!(|input: Input| {
             exact = false;
         }
         let Some(n) = n else { continue };
+
+        // Window limiters: exact while the clock only moved forward; the per-span bound always
+        // (2 x limit for the fixed window's edge, 2 x limit - 1 for the sliding counter).
+        let windows: [(Option<&dyn RateLimiter>, u64); 2] = [
+            (fixed.as_ref().map(|l| l as &dyn RateLimiter), limit.saturating_mul(2)),
+            (sliding.as_ref().map(|l| l as &dyn RateLimiter), limit.saturating_mul(2) - 1),
+        ];
+        for (i, (l, bound)) in windows.into_iter().enumerate() {
+            let Some(l) = l else { continue };
+            let Ok(d) = l.check_n(n) else {
+                assert!(u64::from(n) > limit);
+                continue;
+            };
+            if exact && now >= start {
+                let (ok, remaining) = if i == 0 {
+                    fixed_model.check(now, u64::from(n))
+                } else {
+                    sliding_model.check(now, u64::from(n))
+                };
+                assert_eq!((d.is_allowed(), d.remaining()), (ok, remaining), "window {i}");
+            }
+            if d.is_allowed() && n > 0 {
+                window_logs[i].push_back((now, u64::from(n)));
+            }
+            // Admissions in (now - W, now], on the clock as it reads now.
+            window_logs[i].retain(|&(t, _)| t <= now && t.saturating_add(width) > now);
+            let in_span: u64 = window_logs[i].iter().map(|&(_, k)| k).sum();
+            assert!(in_span <= bound, "window {i}: {in_span} admitted within one window, bound {bound}");
+        }
 
         let a = gcra.check_n(n);
         let b = twin.check_n(n);

@@ -149,3 +149,61 @@ pub fn sample_quotas() -> Vec<Quota> {
     v.push(Quota::per_hour(3).with_burst(2));
     v
 }
+
+/// The fixed window by the book: window `(t - epoch) / W`, a count reset in each new window.
+pub struct FixedModel {
+    pub limit: u64,
+    pub window: u64,
+    pub epoch: u64,
+    pub index: u64,
+    pub count: u64,
+}
+
+impl FixedModel {
+    pub fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
+        let k = (now - self.epoch) / self.window;
+        if k != self.index {
+            self.index = k;
+            self.count = 0;
+        }
+        let ok = self.count + n <= self.limit;
+        if ok {
+            self.count += n;
+        }
+        (ok, self.limit - self.count)
+    }
+}
+
+/// The two-window counter by the book, in exact rationals: allowed iff
+/// `previous × (W - e) / W + current + n <= limit`.
+pub struct SlidingModel {
+    pub limit: u64,
+    pub window: u64,
+    pub epoch: u64,
+    pub index: u64,
+    pub previous: u64,
+    pub current: u64,
+}
+
+impl SlidingModel {
+    pub fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
+        let t = now - self.epoch;
+        let k = t / self.window;
+        if k == self.index + 1 {
+            self.previous = self.current;
+            self.current = 0;
+        } else if k > self.index + 1 {
+            self.previous = 0;
+            self.current = 0;
+        }
+        self.index = k;
+        let (w, e) = (self.window as u128, (t % self.window) as u128);
+        let weighted = self.previous as u128 * (w - e);
+        let ok = weighted + (self.current + n) as u128 * w <= self.limit as u128 * w;
+        if ok {
+            self.current += n;
+        }
+        let used = self.current as u128 + weighted.div_ceil(w);
+        (ok, (self.limit as u128).saturating_sub(used) as u64)
+    }
+}
