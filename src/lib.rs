@@ -12,6 +12,7 @@
 //! | [`RateLimiter`] | the trait every limiter implements |
 //! | [`FixedWindow`] | a counter and its window's index in one `AtomicU64` |
 //! | [`SlidingWindowCounter`] | two weighted window counts and the index in one `AtomicU64` |
+//! | [`SlidingWindowLog`] | exact: a ring of admission times behind a mutex (and why) |
 //! | [`Throttle`] | the leaky bucket as a queue: reserve the next slot, learn the wait |
 //! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing |
 //! | [`Keyed`] | one limiter per key on dashmap, with bounded memory |
@@ -80,6 +81,8 @@ mod rate_limiter;
 #[cfg(feature = "std")]
 mod sharded;
 mod sliding_window_counter;
+#[cfg(feature = "std")]
+mod sliding_window_log;
 mod state_cell;
 mod sync;
 mod throttle;
@@ -111,6 +114,8 @@ pub use rate_limiter::RateLimiter;
 #[cfg(feature = "std")]
 pub use sharded::Sharded;
 pub use sliding_window_counter::SlidingWindowCounter;
+#[cfg(feature = "std")]
+pub use sliding_window_log::SlidingWindowLog;
 pub use throttle::Throttle;
 pub use throttle_error::ThrottleError;
 pub use token_bucket::TokenBucket;

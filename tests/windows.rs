@@ -1,7 +1,9 @@
 //! Fixed window and sliding window counter: against reference models written with plain division
 //! and no packing, their documented worst cases, their waits, and threads.
 
-use atomic_limiter::{Clock, FixedWindow, ManualClock, Quota, RateLimiter, SlidingWindowCounter};
+use atomic_limiter::{
+    Clock, FixedWindow, ManualClock, Quota, RateLimiter, SlidingWindowCounter, SlidingWindowLog,
+};
 use proptest::prelude::*;
 use std::collections::VecDeque;
 
@@ -70,8 +72,29 @@ proptest! {
         }
     }
 
-    /// Any span of length W holds at most `limit` admissions per window it touches: at most
-    /// `2 × limit` for the fixed window, `2 × limit - 1` for the sliding counter.
+    /// The log admits exactly what a plain deque of admission times admits.
+    #[test]
+    fn sliding_log_matches_a_deque((q, start, ops) in runs()) {
+        let clock = ManualClock::starting_at(start);
+        let log = SlidingWindowLog::with_clock(q, clock.clone()).unwrap();
+        let (limit, w) = (q.rate(), q.per().as_nanos() as u64);
+        let mut times: VecDeque<u64> = VecDeque::new();
+        for (advance, n) in ops {
+            clock.advance_nanos(advance);
+            let now = clock.now();
+            let d = log.check_n(n);
+            if u64::from(n) > limit { prop_assert!(d.is_err()); continue; }
+            let d = d.unwrap();
+            times.retain(|&t| t + w > now);
+            let ok = times.len() as u64 + u64::from(n) <= limit;
+            if ok { times.extend(std::iter::repeat_n(now, n as usize)); }
+            prop_assert_eq!(d.is_allowed(), ok);
+            prop_assert_eq!(d.remaining(), limit - times.len() as u64);
+        }
+    }
+
+    /// Any span of length W holds at most `2 × limit` admissions for the fixed window,
+    /// `2 × limit - 1` for the sliding counter, and exactly at most `limit` for the log.
     #[test]
     fn no_span_of_one_window_exceeds_the_documented_bound((q, start, ops) in runs()) {
         let width = q.per().as_nanos() as u64;
@@ -79,13 +102,14 @@ proptest! {
         let clock = ManualClock::starting_at(start);
         let fixed = FixedWindow::with_clock(q, clock.clone()).unwrap();
         let sliding = SlidingWindowCounter::with_clock(q, clock.clone()).unwrap();
-        let mut logs = [VecDeque::<(u64, u64)>::new(), VecDeque::new()];
-        let bounds = [2 * limit, 2 * limit - 1];
+        let log = SlidingWindowLog::with_clock(q, clock.clone()).unwrap();
+        let mut logs = [VecDeque::<(u64, u64)>::new(), VecDeque::new(), VecDeque::new()];
+        let bounds = [2 * limit, 2 * limit - 1, limit];
         for (advance, n) in ops {
             clock.advance_nanos(advance);
             if u64::from(n) > limit { continue; }
             let now = clock.now();
-            let limiters: [&dyn RateLimiter; 2] = [&fixed, &sliding];
+            let limiters: [&dyn RateLimiter; 3] = [&fixed, &sliding, &log];
             for (i, l) in limiters.into_iter().enumerate() {
                 if l.check_n(n).unwrap().is_allowed() && n > 0 {
                     logs[i].push_back((now, u64::from(n)));
@@ -103,13 +127,9 @@ proptest! {
     /// Waiting exactly the advertised retry-after passes; one nanosecond less does not.
     #[test]
     fn retry_after_is_the_shortest_sufficient_wait((q, start, ops) in runs()) {
-        for sliding in [false, true] {
+        for kind in 0..3 {
             let clock = ManualClock::starting_at(start);
-            let l: Box<dyn RateLimiter> = if sliding {
-                Box::new(SlidingWindowCounter::with_clock(q, clock.clone()).unwrap())
-            } else {
-                Box::new(FixedWindow::with_clock(q, clock.clone()).unwrap())
-            };
+            let l = window_limiter(kind, q, &clock);
             for &(advance, n) in &ops {
                 clock.advance_nanos(advance);
                 if u64::from(n) > q.rate() { continue; }
@@ -118,12 +138,20 @@ proptest! {
                     let wait = d.retry_after().as_nanos() as u64;
                     prop_assert!(wait > 0);
                     clock.advance_nanos(wait - 1);
-                    prop_assert!(l.check_n(n).unwrap().is_denied(), "sliding {}: passed early", sliding);
+                    prop_assert!(l.check_n(n).unwrap().is_denied(), "kind {}: passed early", kind);
                     clock.advance_nanos(1);
-                    prop_assert!(l.check_n(n).unwrap().is_allowed(), "sliding {}: denied after retry_after", sliding);
+                    prop_assert!(l.check_n(n).unwrap().is_allowed(), "kind {}: denied after retry_after", kind);
                 }
             }
         }
+    }
+}
+
+fn window_limiter(kind: u32, q: Quota, clock: &ManualClock) -> Box<dyn RateLimiter> {
+    match kind {
+        0 => Box::new(FixedWindow::with_clock(q, clock.clone()).unwrap()),
+        1 => Box::new(SlidingWindowCounter::with_clock(q, clock.clone()).unwrap()),
+        _ => Box::new(SlidingWindowLog::with_clock(q, clock.clone()).unwrap()),
     }
 }
 
@@ -184,6 +212,7 @@ fn clock_stepping_back_keeps_the_count() {
 fn limits_too_large_are_typed_errors() {
     let q = Quota::try_new(2_000_000, Duration::from_secs(1), 1).unwrap();
     assert!(SlidingWindowCounter::with_clock(q, ManualClock::new()).is_err());
+    assert!(SlidingWindowLog::with_clock(q, ManualClock::new()).is_err());
     assert!(FixedWindow::with_clock(q, ManualClock::new()).is_ok());
 }
 
@@ -194,7 +223,8 @@ fn frozen_clock_threads_admit_exactly_the_limit() {
         let q = Quota::per_second(limit);
         let fixed = FixedWindow::with_clock(q, ManualClock::new()).unwrap();
         let sliding = SlidingWindowCounter::with_clock(q, ManualClock::new()).unwrap();
-        let limiters: [&(dyn RateLimiter + Sync); 2] = [&fixed, &sliding];
+        let log = SlidingWindowLog::with_clock(q, ManualClock::new()).unwrap();
+        let limiters: [&(dyn RateLimiter + Sync); 3] = [&fixed, &sliding, &log];
         for l in limiters {
             let barrier = Barrier::new(threads);
             let admitted: usize = thread::scope(|s| {

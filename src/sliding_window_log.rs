@@ -1,0 +1,164 @@
+use alloc::boxed::Box;
+use std::sync::{Mutex, PoisonError};
+
+use crate::decision::Detail;
+use crate::{Clock, Decision, InsufficientCapacity, Quota, QuotaError, RateLimiter};
+
+/// Exact: at most `limit` admissions in **any** span of the window's length. A ring buffer of the
+/// last `limit` admission times, as the C++ source writes it, behind a mutex.
+///
+/// This is the one limiter here that locks, on purpose. A lock-free ring would need the claim of a
+/// slot (a CAS on the head) and the write of its timestamp to be one step: between the two, a
+/// thread `limit` admissions later reads the slot's old timestamp and admits on it, over the limit.
+/// Packing a sequence number and a timestamp into one 64-bit slot leaves too few bits for either
+/// over the ranges this crate promises. So the log is exact and locks; when a bound of
+/// `2 × limit - 1` per span is acceptable, [`SlidingWindowCounter`](crate::SlidingWindowCounter)
+/// is lock-free and 8 bytes. Memory: 8 bytes per unit of limit (at most 2^20).
+///
+/// # Examples
+///
+/// Three per second, in any second:
+///
+/// ```
+/// use atomic_limiter::{ManualClock, Quota, SlidingWindowLog};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let log = SlidingWindowLog::with_clock(Quota::per_second(3), clock.clone()).unwrap();
+/// assert!(log.check().is_allowed()); // t = 0
+/// clock.advance(Duration::from_millis(600));
+/// assert!(log.check_n(2).unwrap().is_allowed()); // t = 600 ms
+/// let d = log.check();
+/// assert!(d.is_denied());
+/// assert_eq!(d.retry_after(), Duration::from_millis(400)); // when the first one is a second old
+/// ```
+#[derive(Debug)]
+pub struct SlidingWindowLog<C> {
+    ring: Mutex<Ring>,
+    limit: u64,
+    window: u64,
+    quota: Quota,
+    clock: C,
+}
+
+/// The admission times still inside the window, oldest first, in a fixed ring.
+#[derive(Debug)]
+struct Ring {
+    times: Box<[u64]>,
+    /// Index of the oldest entry.
+    head: usize,
+    len: usize,
+}
+
+impl Ring {
+    fn at(&self, i: usize) -> u64 {
+        self.times[(self.head + i) % self.times.len()]
+    }
+}
+
+impl SlidingWindowLog<()> {
+    /// The largest limit: the ring holds one `u64` per unit of limit.
+    pub const MAX_LIMIT: u64 = 1 << 20;
+}
+
+impl<C: Clock> SlidingWindowLog<C> {
+    /// At most `quota.rate()` admissions in any span of `quota.per()` (the burst is not used).
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::LimitTooLarge`] above [`SlidingWindowLog::MAX_LIMIT`].
+    pub fn with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
+        let limit = quota.rate();
+        if limit > SlidingWindowLog::MAX_LIMIT {
+            return Err(QuotaError::LimitTooLarge { limit });
+        }
+        Ok(SlidingWindowLog {
+            ring: Mutex::new(Ring {
+                times: alloc::vec![0; limit as usize].into_boxed_slice(),
+                head: 0,
+                len: 0,
+            }),
+            limit,
+            window: quota.per().as_nanos() as u64,
+            quota,
+            clock,
+        })
+    }
+
+    /// Asks for one admission.
+    pub fn check(&self) -> Decision {
+        self.run(1)
+    }
+
+    /// Asks for `n` admissions at once, all or nothing; `n = 0` peeks.
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if `n` exceeds the limit.
+    pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        if u64::from(n) > self.limit {
+            return Err(InsufficientCapacity {
+                requested: n,
+                burst: self.limit as u32,
+            });
+        }
+        Ok(self.run(n))
+    }
+
+    fn run(&self, n: u32) -> Decision {
+        let now = self.clock.now();
+        let n = n as usize;
+        // A panic cannot leave the ring half-updated in a way that over-admits (indices move only
+        // after the writes), so a poisoned lock is still usable.
+        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        // Drop what has left the window (a clock that stepped back drops nothing).
+        while ring.len > 0 && ring.at(0).saturating_add(self.window) <= now {
+            ring.head = (ring.head + 1) % ring.times.len().max(1);
+            ring.len -= 1;
+        }
+        let cap = self.limit as usize;
+        let allowed = ring.len + n <= cap;
+        if allowed {
+            for _ in 0..n {
+                let slot = (ring.head + ring.len) % cap;
+                ring.times[slot] = now;
+                ring.len += 1;
+            }
+        }
+        let gone_at = |i: usize| ring.at(i).saturating_add(self.window).saturating_sub(now);
+        // Refused: the request passes once enough of the oldest entries have left the window.
+        let retry_ns = if allowed {
+            0
+        } else {
+            gone_at(ring.len + n - cap - 1)
+        };
+        let reset_ns = if ring.len == 0 {
+            0
+        } else {
+            gone_at(ring.len - 1)
+        };
+        Decision::new(
+            allowed,
+            self.clock.resolution(),
+            Detail::Eager {
+                remaining: (cap - ring.len) as u64,
+                retry_ns,
+                reset_ns,
+            },
+        )
+    }
+}
+
+impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
+    fn check(&self) -> Decision {
+        SlidingWindowLog::check(self)
+    }
+
+    fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        SlidingWindowLog::check_n(self, n)
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
+    }
+}
