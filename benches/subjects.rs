@@ -184,6 +184,15 @@ pub fn allow_subjects() -> Vec<Subject> {
             .unwrap(),
         ),
         allow_loop(
+            "MutexFixedWindow (std)",
+            Kind::Mutex,
+            atomic_limiter::baseline::MutexFixedWindow::<QuantaClock>::with_clock(
+                Quota::per_second(1_000_000_000),
+                QuantaClock::new(),
+            )
+            .unwrap(),
+        ),
+        allow_loop(
             "SlidingWindowLog (mutex)",
             Kind::Mutex,
             atomic_limiter::SlidingWindowLog::with_clock(

@@ -127,3 +127,17 @@ pub(crate) const fn reserve(
         Ok((base.wrapping_add(cost), wait))
     }
 }
+
+/// Gives back `cost` units of a reservation that was never used: the TAT moves back by `cost`, but
+/// never behind `now` (a full limiter cannot be fuller). `None` when there is nothing to give back.
+#[inline]
+pub(crate) const fn refund(tat: u64, now: u64, cost: u64) -> Option<u64> {
+    let ahead = tat.wrapping_sub(now);
+    if (ahead as i64) <= 0 {
+        None
+    } else if ahead <= cost {
+        Some(now)
+    } else {
+        Some(tat - cost)
+    }
+}

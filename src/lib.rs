@@ -78,6 +78,7 @@ mod keyed_store;
 mod quota;
 mod quota_error;
 mod rate_limiter;
+mod reservation;
 #[cfg(feature = "std")]
 mod sharded;
 mod sliding_window_counter;
@@ -111,6 +112,7 @@ pub use keyed_store::KeyedStore;
 pub use quota::Quota;
 pub use quota_error::QuotaError;
 pub use rate_limiter::RateLimiter;
+pub use reservation::Reservation;
 #[cfg(feature = "std")]
 pub use sharded::Sharded;
 pub use sliding_window_counter::SlidingWindowCounter;

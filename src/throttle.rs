@@ -3,10 +3,10 @@ use core::time::Duration;
 use crate::clock::Clock;
 use crate::gcra_math::{self, GcraParams, MAX_QUEUE_UNITS};
 use crate::state_cell::{StateCell, Step};
-use crate::{InsufficientCapacity, Quota, ThrottleError};
+use crate::{InsufficientCapacity, Quota, Reservation, ThrottleError};
 
 /// The leaky bucket as a **queue**: it spaces requests at the quota's pace instead of refusing
-/// them. Each caller reserves the next free slot with one compare-and-swap and learns how long to
+/// them. Reservations can be refunded ([`Throttle::reserve_refundable`]). Each caller reserves the next free slot with one compare-and-swap and learns how long to
 /// wait before it may proceed (`Duration::ZERO` while the burst lasts).
 ///
 /// The leaky bucket as a *meter* (refuse what overflows) is GCRA, that is [`Gcra`](crate::Gcra):
@@ -90,6 +90,37 @@ impl<C: Clock> Throttle<C> {
                 Err(wait) => Step::Keep(Err(ThrottleError::WouldWait(to_ns(wait)))),
             },
         )
+    }
+
+    /// Reserves `n` tokens' worth of slots, as [`Throttle::reserve_n`], and returns a
+    /// [`Reservation`] that can be handed back with [`Throttle::refund`] if the work is abandoned.
+    ///
+    /// # Errors
+    ///
+    /// As [`Throttle::reserve_n`].
+    pub fn reserve_refundable(
+        &self,
+        n: u32,
+        max_wait: Duration,
+    ) -> Result<Reservation, ThrottleError> {
+        let wait = self.reserve_n(n, max_wait)?;
+        Ok(Reservation {
+            wait,
+            cost: u64::from(n) * self.params.token,
+        })
+    }
+
+    /// Gives back a reservation that was not used: the next free slot moves back by its cost, but
+    /// never behind now, so no refund makes the throttle fuller than full and the tokens handed
+    /// back are exactly ones never used: the quota holds. Slots already handed to others are not
+    /// moved (they only wait longer than they would have).
+    pub fn refund(&self, reservation: Reservation) {
+        let now = self.params.units(self.clock.now());
+        self.tat
+            .update(|tat| match gcra_math::refund(tat, now, reservation.cost) {
+                Some(new) => Step::Store(new, ()),
+                None => Step::Keep(()),
+            });
     }
 
     /// The quota it paces to.

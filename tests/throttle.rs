@@ -96,3 +96,74 @@ fn a_clock_stepping_back_grants_no_earlier_slot() {
     // The next slot is still 100 ms after the first one, measured on the stepped-back clock.
     assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(5100)));
 }
+
+proptest! {
+    /// Reserving and refunding at random: the slots actually used (reserved, not refunded) never
+    /// exceed the quota: the k-th used slot is at or after the time the k-th token exists.
+    #[test]
+    fn refunds_never_push_past_the_quota(
+        burst in 1u32..=5,
+        ops in proptest::collection::vec((0u64..=60_000_000, 0u8..=3), 1..120)
+    ) {
+        let q = Quota::per_second(10).with_burst(burst);
+        let clock = ManualClock::new();
+        let t = Throttle::with_clock(q, clock.clone());
+        let mut live: Vec<(u64, atomic_limiter::Reservation)> = vec![];
+        let mut used: Vec<u64> = vec![];
+        for (advance, op) in ops {
+            clock.advance_nanos(advance);
+            let now = clock.now();
+            match op {
+                // Refund the oldest reservation not yet due (abandoned before use).
+                0 => {
+                    if let Some(i) = live.iter().position(|(at, _)| *at > now) {
+                        let (_, r) = live.remove(i);
+                        t.refund(r);
+                    }
+                }
+                _ => {
+                    let r = t.reserve_refundable(1, FOREVER).unwrap();
+                    live.push((now + r.wait().as_nanos() as u64, r));
+                }
+            }
+            // Reservations whose slot has come are used.
+            live.retain(|(at, _)| if *at <= now { used.push(*at); false } else { true });
+        }
+        used.extend(live.iter().map(|(at, _)| *at));
+        used.sort();
+        for (k, &at) in used.iter().enumerate() {
+            let available = u64::from(burst) + at / 100_000_000;
+            prop_assert!(k as u64 + 1 <= available, "slot {} at {} ns, only {} tokens by then", k + 1, at, available);
+        }
+    }
+}
+
+#[test]
+fn a_refund_frees_the_slot_for_the_next_caller() {
+    let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
+    let a = t.reserve_refundable(1, FOREVER).unwrap();
+    let b = t.reserve_refundable(1, FOREVER).unwrap();
+    assert_eq!(
+        (a.wait(), b.wait()),
+        (Duration::ZERO, Duration::from_millis(100))
+    );
+    t.refund(b);
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(100)));
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(200)));
+}
+
+#[test]
+fn a_refund_never_makes_the_throttle_fuller_than_full() {
+    let clock = ManualClock::new();
+    let t = Throttle::with_clock(Quota::per_second(10).with_burst(2), clock.clone());
+    let r = t.reserve_refundable(1, FOREVER).unwrap();
+    clock.advance(Duration::from_secs(5)); // full again long since
+    t.refund(r);
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
+    assert_eq!(
+        t.reserve(FOREVER),
+        Ok(Duration::from_millis(100)),
+        "still a burst of 2, not 3"
+    );
+}

@@ -1,6 +1,7 @@
 //! Fixed window and sliding window counter: against reference models written with plain division
 //! and no packing, their documented worst cases, their waits, and threads.
 
+use atomic_limiter::baseline::{MutexFixedWindow, MutexSlidingWindowCounter};
 use atomic_limiter::{
     Clock, FixedWindow, ManualClock, Quota, RateLimiter, SlidingWindowCounter, SlidingWindowLog,
 };
@@ -44,10 +45,12 @@ proptest! {
     fn fixed_window_matches_its_model((q, start, ops) in runs()) {
         let clock = ManualClock::starting_at(start);
         let w = FixedWindow::with_clock(q, clock.clone()).unwrap();
+        let twin: MutexFixedWindow<_> = MutexFixedWindow::with_clock(q, clock.clone()).unwrap();
         let mut m = FixedModel { limit: q.rate(), window: q.per().as_nanos() as u64, epoch: start, index: 0, count: 0 };
         for (advance, n) in ops {
             clock.advance_nanos(advance);
             let d = w.check_n(n);
+            prop_assert_eq!(d, twin.check_n(n), "lock-free and mutex twins disagree");
             if u64::from(n) > q.rate() { prop_assert!(d.is_err()); continue; }
             let d = d.unwrap();
             let (ok, remaining) = m.check(clock.now(), u64::from(n));
@@ -60,10 +63,12 @@ proptest! {
     fn sliding_counter_matches_its_model((q, start, ops) in runs()) {
         let clock = ManualClock::starting_at(start);
         let w = SlidingWindowCounter::with_clock(q, clock.clone()).unwrap();
+        let twin: MutexSlidingWindowCounter<_> = MutexSlidingWindowCounter::with_clock(q, clock.clone()).unwrap();
         let mut m = SlidingModel { limit: q.rate(), window: q.per().as_nanos() as u64, epoch: start, index: 0, previous: 0, current: 0 };
         for (advance, n) in ops {
             clock.advance_nanos(advance);
             let d = w.check_n(n);
+            prop_assert_eq!(d, twin.check_n(n), "lock-free and mutex twins disagree");
             if u64::from(n) > q.rate() { prop_assert!(d.is_err()); continue; }
             let d = d.unwrap();
             let (ok, remaining) = m.check(clock.now(), u64::from(n));

@@ -1,0 +1,9 @@
+use crate::baseline::mutex_window::mutex_window;
+
+mutex_window!(
+    /// [`FixedWindow`](crate::FixedWindow)'s maths behind a lock, for benchmarks and differential
+    /// tests.
+    MutexFixedWindow,
+    crate::window_math::fixed,
+    (1 << 31) - 1
+);

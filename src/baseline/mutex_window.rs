@@ -1,0 +1,73 @@
+//! The window limiters' mutex twins: the same pure step (`window_math`) behind a lock.
+
+/// A window baseline type: the struct, its constructor and `RateLimiter`, with `$step` under the
+/// lock.
+macro_rules! mutex_window {
+    ($(#[$doc:meta])* $name:ident, $step:path, $max:expr) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name<C, L = std::sync::Mutex<u64>> {
+            word: L,
+            params: crate::window_math::WindowParams,
+            quota: crate::Quota,
+            clock: C,
+        }
+
+        impl<C: crate::Clock, L: crate::baseline::BaselineLock<u64>> $name<C, L> {
+            /// As the lock-free twin's `with_clock`.
+            ///
+            /// # Errors
+            ///
+            /// As the lock-free twin's `with_clock`.
+            pub fn with_clock(quota: crate::Quota, clock: C) -> Result<Self, crate::QuotaError> {
+                let params = crate::window_math::WindowParams::new(&quota, clock.now(), $max)?;
+                Ok($name { word: L::new(0), params, quota, clock })
+            }
+        }
+
+        impl<C: crate::Clock, L: crate::baseline::BaselineLock<u64>> crate::RateLimiter for $name<C, L> {
+            fn check(&self) -> crate::Decision {
+                match crate::RateLimiter::check_n(self, 1) {
+                    Ok(d) => d,
+                    Err(_) => crate::Decision::new(false, 1, crate::decision::Detail::Eager {
+                        remaining: 0,
+                        retry_ns: u64::MAX,
+                        reset_ns: u64::MAX,
+                    }),
+                }
+            }
+
+            fn check_n(&self, n: u32) -> Result<crate::Decision, crate::InsufficientCapacity> {
+                if u64::from(n) > self.params.limit {
+                    return Err(crate::InsufficientCapacity {
+                        requested: n,
+                        burst: self.params.limit as u32,
+                    });
+                }
+                let now = self.clock.now();
+                let o = self.word.with(|word| {
+                    let o = $step(*word, now, n, &self.params);
+                    if let Some(new) = o.word {
+                        *word = new;
+                    }
+                    o
+                });
+                Ok(crate::Decision::new(
+                    o.allowed,
+                    self.clock.resolution(),
+                    crate::decision::Detail::Eager {
+                        remaining: o.remaining,
+                        retry_ns: o.retry_ns,
+                        reset_ns: o.reset_ns,
+                    },
+                ))
+            }
+
+            fn quota(&self) -> &crate::Quota {
+                &self.quota
+            }
+        }
+    };
+}
+
+pub(crate) use mutex_window;
