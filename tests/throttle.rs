@@ -133,7 +133,7 @@ proptest! {
         used.sort();
         for (k, &at) in used.iter().enumerate() {
             let available = u64::from(burst) + at / 100_000_000;
-            prop_assert!(k as u64 + 1 <= available, "slot {} at {} ns, only {} tokens by then", k + 1, at, available);
+            prop_assert!((k as u64) < available, "slot {} at {} ns, only {} tokens by then", k + 1, at, available);
         }
     }
 }
