@@ -7,7 +7,9 @@ mod subjects;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use std::time::Duration;
-use subjects::{Subject, allow_subjects, deny_subjects, floors, keyed_subjects, run_threads};
+use subjects::{
+    Subject, allow_subjects, deny_subjects, floors, keyed_subjects, run_threads, throttle_subjects,
+};
 
 fn per_op(c: &mut Criterion, group: &str, subjects: Vec<Subject>) {
     let mut g = c.benchmark_group(group);
@@ -35,6 +37,11 @@ fn deny(c: &mut Criterion) {
 /// Single-thread deny path, the caller reading the retry-after.
 fn deny_retry(c: &mut Criterion) {
     per_op(c, "deny-retry", deny_subjects(true));
+}
+
+/// The throttle's reservation, lock-free and behind a mutex.
+fn throttle(c: &mut Criterion) {
+    per_op(c, "throttle", throttle_subjects());
 }
 
 /// Threads hammering one limiter: 1, 2, 4, ... up to twice the available cores. Reported per
@@ -78,6 +85,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = floor, allow, deny, deny_retry, contended, keyed
+    targets = floor, allow, deny, deny_retry, throttle, contended, keyed
 }
 criterion_main!(benches);

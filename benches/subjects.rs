@@ -423,3 +423,27 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
         }),
     ]
 }
+
+/// The throttle's reservation (a quota nothing queues on), lock-free and behind a mutex.
+pub fn throttle_subjects() -> Vec<Subject> {
+    let q = open_quota();
+    let free = atomic_limiter::Throttle::with_clock(q, QuantaClock::new());
+    let locked =
+        atomic_limiter::baseline::MutexThrottle::<QuantaClock>::with_clock(q, QuantaClock::new());
+    vec![
+        subject("Throttle reserve", Kind::Ours, move |iters| {
+            let mut ok = 0;
+            for _ in 0..iters {
+                ok += black_box(&free).reserve(Duration::ZERO).is_ok() as u64;
+            }
+            ok
+        }),
+        subject("MutexThrottle reserve (std)", Kind::Mutex, move |iters| {
+            let mut ok = 0;
+            for _ in 0..iters {
+                ok += black_box(&locked).reserve(Duration::ZERO).is_ok() as u64;
+            }
+            ok
+        }),
+    ]
+}

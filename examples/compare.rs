@@ -18,7 +18,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use subjects::{Kind, Subject, allow_subjects, deny_subjects, floors, keyed_subjects, run_threads};
+use subjects::{
+    Kind, Subject, allow_subjects, deny_subjects, floors, keyed_subjects, run_threads,
+    throttle_subjects,
+};
 
 struct Options {
     json: bool,
@@ -570,6 +573,7 @@ fn main() {
     let allow = single(&allow_subjects(), reps, sample);
     let deny = single(&deny_subjects(false), reps, sample);
     let deny_retry = single(&deny_subjects(true), reps, sample);
+    let throttle = single(&throttle_subjects(), reps, sample);
 
     let threads: Vec<usize> = std::iter::successors(Some(1), |t| Some(t * 2))
         .take_while(|&t| t <= 2 * cores)
@@ -797,6 +801,14 @@ fn main() {
             "Deny path, one thread, caller reads the retry-after",
             "ns/check",
             &deny_retry
+        )
+    );
+    print!(
+        "{}",
+        table(
+            "Throttle, one thread: reserve the next slot",
+            "ns/reservation",
+            &throttle
         )
     );
     for (t, v) in &contended_rows {

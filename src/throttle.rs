@@ -123,6 +123,18 @@ impl<C: Clock> Throttle<C> {
             });
     }
 
+    /// For the loom models' teeth: `refund` with the CAS replaced by a load and a store.
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    pub fn loom_broken_refund(&self, reservation: Reservation) {
+        let now = self.params.units(self.clock.now());
+        self.tat
+            .update_racy(|tat| match gcra_math::refund(tat, now, reservation.cost) {
+                Some(new) => Step::Store(new, ()),
+                None => Step::Keep(()),
+            });
+    }
+
     /// The quota it paces to.
     pub fn quota(&self) -> &Quota {
         &self.quota

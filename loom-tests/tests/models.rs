@@ -451,3 +451,55 @@ mod throttle {
         slots_are_distinct(true);
     }
 }
+
+/// Model 9: a refund racing a reservation. Burst 1, frozen clock; A (now) and B (one period on)
+/// are reserved first. Then one thread refunds B while another reserves C. In either order C gets
+/// one period or two, and the next reservation D gets two periods: the refund and the reservation
+/// both land. The broken twin refunds with a load and a store and can erase C's reservation.
+mod refund {
+    use super::*;
+    use atomic_limiter::Throttle;
+
+    fn refund_and_reserve_both_land(broken: bool) {
+        loom::model(move || {
+            let t = Arc::new(Throttle::with_clock(quota(1), ManualClock::new()));
+            let max = Duration::from_secs(10);
+            let a = t.reserve_refundable(1, max).unwrap();
+            let b = t.reserve_refundable(1, max).unwrap();
+            assert_eq!((a.wait(), b.wait()), (Duration::ZERO, PERIOD));
+            let refunder = {
+                let t = t.clone();
+                thread::spawn(move || {
+                    if broken {
+                        t.loom_broken_refund(b)
+                    } else {
+                        t.refund(b)
+                    }
+                })
+            };
+            let reserver = {
+                let t = t.clone();
+                thread::spawn(move || t.reserve(max).unwrap())
+            };
+            refunder.join().unwrap();
+            let c = reserver.join().unwrap();
+            assert!(c == PERIOD || c == 2 * PERIOD, "C waits {c:?}");
+            assert_eq!(
+                t.reserve(max).unwrap(),
+                2 * PERIOD,
+                "refund and reservation both land"
+            );
+        });
+    }
+
+    #[test]
+    fn model_9_refund_and_reserve_both_land() {
+        refund_and_reserve_both_land(false);
+    }
+
+    #[test]
+    #[should_panic(expected = "refund and reservation both land")]
+    fn model_9_broken_twin_is_caught() {
+        refund_and_reserve_both_land(true);
+    }
+}

@@ -9,6 +9,7 @@
 //! | [`MutexTokenBucket`] | the source articles' bucket: `f64` tokens, last-refill time, refill under a lock |
 //! | [`MutexGcra`] | the same exact GCRA maths as [`Gcra`](crate::Gcra), behind a lock |
 //! | [`MutexFixedWindow`], [`MutexSlidingWindowCounter`] | the window limiters' maths behind a lock |
+//! | [`MutexThrottle`] | the throttle's slot reservation behind a lock |
 //!
 //! [`SlidingWindowLog`](crate::SlidingWindowLog) is itself a mutex around a ring (see its docs).
 //!
@@ -19,6 +20,7 @@ mod baseline_lock;
 mod mutex_fixed_window;
 mod mutex_gcra;
 mod mutex_sliding_window_counter;
+mod mutex_throttle;
 mod mutex_token_bucket;
 mod mutex_window;
 
@@ -26,4 +28,5 @@ pub use baseline_lock::BaselineLock;
 pub use mutex_fixed_window::MutexFixedWindow;
 pub use mutex_gcra::MutexGcra;
 pub use mutex_sliding_window_counter::MutexSlidingWindowCounter;
+pub use mutex_throttle::MutexThrottle;
 pub use mutex_token_bucket::{MutexTokenBucket, TextbookBucket};
