@@ -85,6 +85,37 @@ pub trait RateLimiter {
         self.wait_n_with(n, wait, std::thread::sleep)
     }
 
+    /// [`RateLimiter::wait_n`] for one token.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimiter::wait_n_with`].
+    #[cfg(feature = "std")]
+    fn wait(&self, wait: Wait) -> Result<Decision, WaitError>
+    where
+        Self: Sized,
+    {
+        self.wait_n(1, wait)
+    }
+
+    /// [`RateLimiter::until_n_ready_with`] for one token.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimiter::wait_n_with`].
+    fn until_ready_with<S, F>(
+        &self,
+        wait: Wait,
+        sleep: S,
+    ) -> impl Future<Output = Result<Decision, WaitError>>
+    where
+        Self: Sized,
+        S: FnMut(Duration) -> F,
+        F: Future<Output = ()>,
+    {
+        self.until_n_ready_with(1, wait, sleep)
+    }
+
     /// The asynchronous form of [`RateLimiter::wait_n_with`], bound to no runtime: `sleep` makes
     /// the runtime's timer future (`|d| tokio::time::sleep(d)`, `|d| async_io::Timer::after(d)`,
     /// ...), awaited between tries. Nothing is held across an await but the limiter reference.

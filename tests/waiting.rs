@@ -103,6 +103,22 @@ fn waits_return_at_the_advertised_instant() {
 }
 
 #[test]
+fn until_ready_for_one_token() {
+    let clock = ManualClock::new();
+    let g = Gcra::with_clock(Quota::per_second(10).with_burst(1), clock.clone());
+    assert!(g.check().is_allowed());
+    let d = block_on(
+        g.until_ready_with(Wait::up_to(Duration::from_secs(1)), |d| {
+            let clock = clock.clone();
+            async move { clock.advance(d) }
+        }),
+    )
+    .unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(clock.now(), 100_000_000);
+}
+
+#[test]
 fn gcra_waits_exactly_one_period() {
     let clock = ManualClock::new();
     let g = Gcra::with_clock(Quota::per_second(10).with_burst(1), clock.clone());

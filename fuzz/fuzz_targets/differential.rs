@@ -6,7 +6,8 @@
 //! exact. Always, steps back included: GCRA equals its mutex twin, and nobody admits more than
 //! `burst + (latest time - start) × rate / per`. The fixed window and the sliding window counter
 //! run the same operations against their exact models, and never admit more than their documented
-//! bound within one window's span.
+//! bound within one window's span; the sliding window log likewise, within exactly `limit`; and
+//! the throttle's waits match exact arithmetic.
 #![no_main]
 
 #[path = "../../tests/common/mod.rs"]
@@ -15,7 +16,10 @@ mod shared;
 
 use arbitrary::Arbitrary;
 use atomic_limiter::baseline::MutexGcra;
-use atomic_limiter::{Clock, FixedWindow, Gcra, ManualClock, RateLimiter, SlidingWindowCounter, TokenBucket};
+use atomic_limiter::{
+    Clock, FixedWindow, Gcra, ManualClock, RateLimiter, SlidingWindowCounter, SlidingWindowLog, Throttle,
+    TokenBucket,
+};
 use common::{FixedModel, Model, SlidingModel, bucket_may_refuse, bucket_wait_slack};
 use std::collections::VecDeque;
 use libfuzzer_sys::fuzz_target;
@@ -62,7 +66,15 @@ fuzz_target!(|input: Input| {
     let sliding = SlidingWindowCounter::with_clock(quota, clock.clone()).ok();
     let mut fixed_model = FixedModel { limit, window: width, epoch: start, index: 0, count: 0 };
     let mut sliding_model = SlidingModel { limit, window: width, epoch: start, index: 0, previous: 0, current: 0 };
-    let mut window_logs = [VecDeque::<(u64, u64)>::new(), VecDeque::new()];
+    let log = SlidingWindowLog::with_clock(quota, clock.clone()).ok();
+    let mut log_model: VecDeque<u64> = VecDeque::new();
+    let mut window_logs = [VecDeque::<(u64, u64)>::new(), VecDeque::new(), VecDeque::new()];
+    // The throttle, against exact arithmetic: tokens as a numerator over the interval that may go
+    // negative (a queue); a reservation waits until it is back at zero.
+    let throttle = Throttle::with_clock(quota, clock.clone());
+    let per_ns = i128::from(quota.per().as_nanos() as u64);
+    let throttle_cap = i128::from(quota.burst()) * per_ns;
+    let (mut throttle_num, mut throttle_last) = (throttle_cap, start);
     let mut exact = true;
     let mut latest = start;
     let (mut admitted_gcra, mut admitted_bucket) = (0u128, 0u128);
@@ -98,9 +110,10 @@ fuzz_target!(|input: Input| {
 
         // Window limiters: exact while the clock only moved forward; the per-span bound always
         // (2 x limit for the fixed window's edge, 2 x limit - 1 for the sliding counter).
-        let windows: [(Option<&dyn RateLimiter>, u64); 2] = [
+        let windows: [(Option<&dyn RateLimiter>, u64); 3] = [
             (fixed.as_ref().map(|l| l as &dyn RateLimiter), limit.saturating_mul(2)),
             (sliding.as_ref().map(|l| l as &dyn RateLimiter), limit.saturating_mul(2) - 1),
+            (log.as_ref().map(|l| l as &dyn RateLimiter), limit),
         ];
         for (i, (l, bound)) in windows.into_iter().enumerate() {
             let Some(l) = l else { continue };
@@ -109,10 +122,17 @@ fuzz_target!(|input: Input| {
                 continue;
             };
             if exact && now >= start {
-                let (ok, remaining) = if i == 0 {
-                    fixed_model.check(now, u64::from(n))
-                } else {
-                    sliding_model.check(now, u64::from(n))
+                let (ok, remaining) = match i {
+                    0 => fixed_model.check(now, u64::from(n)),
+                    1 => sliding_model.check(now, u64::from(n)),
+                    _ => {
+                        log_model.retain(|&t| t.saturating_add(width) > now);
+                        let ok = log_model.len() as u64 + u64::from(n) <= limit;
+                        if ok {
+                            log_model.extend(std::iter::repeat_n(now, n as usize));
+                        }
+                        (ok, limit - log_model.len() as u64)
+                    }
                 };
                 assert_eq!((d.is_allowed(), d.remaining()), (ok, remaining), "window {i}");
             }
@@ -123,6 +143,30 @@ fuzz_target!(|input: Input| {
             window_logs[i].retain(|&(t, _)| t <= now && t.saturating_add(width) > now);
             let in_span: u64 = window_logs[i].iter().map(|&(_, k)| k).sum();
             assert!(in_span <= bound, "window {i}: {in_span} admitted within one window, bound {bound}");
+        }
+
+        // The throttle reserves instead of refusing; exact while the clock only moved forward and
+        // the queue stays short (a year at most).
+        let year = std::time::Duration::from_secs(365 * 86_400);
+        let reserved = throttle.reserve_n(n, year);
+        if exact && now >= start && n <= quota.burst() {
+            let since = i128::from(now - throttle_last);
+            throttle_num = (throttle_num + since * i128::from(quota.rate())).min(throttle_cap);
+            throttle_last = now;
+            let after = throttle_num - i128::from(n) * per_ns;
+            let rate = i128::from(quota.rate());
+            let wait_ns = if after >= 0 { 0 } else { (-after + rate - 1) / rate };
+            // The wait in units of 1/scale ns (an integer), against the throttle's cap: the
+            // caller's maximum, and at most 2^61 units (the documented queue bound).
+            let scale = i128::from(quota.period_fraction().1);
+            let wait_units = if after >= 0 { 0 } else { -after * scale / rate };
+            let max_units = (year.as_nanos() as i128 * scale).min(1 << 61);
+            if wait_units <= max_units {
+                throttle_num = after;
+                assert_eq!(reserved, Ok(std::time::Duration::from_nanos(wait_ns as u64)), "throttle wait");
+            } else {
+                assert!(reserved.is_err(), "throttle reserved past the maximum wait");
+            }
         }
 
         let a = gcra.check_n(n);
