@@ -44,6 +44,42 @@ impl GcraParams {
         }
     }
 
+    /// A caller's maximum wait in GCRA units, capped at [`MAX_QUEUE_UNITS`].
+    pub(crate) fn queue_limit(&self, max_wait: core::time::Duration) -> u64 {
+        u64::try_from(max_wait.as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(self.scale)
+            .min(MAX_QUEUE_UNITS)
+    }
+
+    /// GCRA units as a duration, rounded up to whole nanoseconds.
+    pub(crate) fn duration(&self, units: u64) -> core::time::Duration {
+        core::time::Duration::from_nanos(units.div_ceil(self.scale))
+    }
+
+    /// A reservation's answer: the wait, or how far off the refused slot was.
+    pub(crate) fn reservation(
+        &self,
+        reserved: Result<u64, u64>,
+    ) -> Result<core::time::Duration, crate::ThrottleError> {
+        reserved
+            .map(|wait| self.duration(wait))
+            .map_err(|wait| crate::ThrottleError::WouldWait(self.duration(wait)))
+    }
+
+    /// `n` within the burst, or the error a reservation gives.
+    pub(crate) fn within_burst(&self, n: u32) -> Result<(), crate::ThrottleError> {
+        if n > self.burst {
+            return Err(crate::ThrottleError::InsufficientCapacity(
+                crate::InsufficientCapacity {
+                    requested: n,
+                    burst: self.burst,
+                },
+            ));
+        }
+        Ok(())
+    }
+
     /// A clock reading in GCRA units, modulo 2^64.
     #[inline]
     pub(crate) const fn units(&self, now_ns: u64) -> u64 {
@@ -53,6 +89,18 @@ impl GcraParams {
         } else {
             now_ns.wrapping_mul(self.scale)
         }
+    }
+}
+
+/// Where new debt starts and how much stands: a TAT behind `now` (as a signed distance) is a full
+/// limiter, whose debt starts from now.
+#[inline]
+const fn debt(tat: u64, now: u64) -> (u64, u64) {
+    let ahead = tat.wrapping_sub(now);
+    if (ahead as i64) <= 0 {
+        (now, 0)
+    } else {
+        (tat, ahead)
     }
 }
 
@@ -68,13 +116,8 @@ pub(crate) enum Outcome {
 /// One GCRA step for `n <= burst` tokens at `now` (GCRA units).
 #[inline]
 pub(crate) const fn decide(tat: u64, now: u64, n: u32, p: &GcraParams) -> Outcome {
-    let ahead = tat.wrapping_sub(now);
     // Is the TAT behind us? Then the limiter is full and debt starts from now.
-    let (base, ahead) = if (ahead as i64) <= 0 {
-        (now, 0)
-    } else {
-        (tat, ahead)
-    };
+    let (base, ahead) = debt(tat, now);
     // n <= burst, so cost <= window <= 2^62; ahead < 2^63: the sum cannot overflow.
     let cost = n as u64 * p.token;
     let after = ahead + cost;
@@ -111,12 +154,7 @@ pub(crate) const fn reserve(
     p: &GcraParams,
     max_wait: u64,
 ) -> Result<(u64, u64), u64> {
-    let ahead = tat.wrapping_sub(now);
-    let (base, ahead) = if (ahead as i64) <= 0 {
-        (now, 0)
-    } else {
-        (tat, ahead)
-    };
+    let (base, ahead) = debt(tat, now);
     let cost = n as u64 * p.token;
     // ahead <= window + MAX_QUEUE_UNITS < 2^63, cost <= window: no overflow.
     let after = ahead + cost;

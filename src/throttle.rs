@@ -1,9 +1,9 @@
 use core::time::Duration;
 
 use crate::clock::Clock;
-use crate::gcra_math::{self, GcraParams, MAX_QUEUE_UNITS};
+use crate::gcra_math::{self, GcraParams};
 use crate::state_cell::{StateCell, Step};
-use crate::{InsufficientCapacity, Quota, Reservation, ThrottleError};
+use crate::{Quota, Reservation, ThrottleError};
 
 /// The leaky bucket as a **queue**: it spaces requests at the quota's pace instead of refusing
 /// them. Reservations can be refunded ([`Throttle::reserve_refundable`]). Each caller reserves the next free slot with one compare-and-swap and learns how long to
@@ -71,25 +71,31 @@ impl<C: Clock> Throttle<C> {
     /// `2^61 / denominator` ns, 73 years for whole-nanosecond periods). Nothing is reserved.
     #[inline]
     pub fn reserve_n(&self, n: u32, max_wait: Duration) -> Result<Duration, ThrottleError> {
-        if n > self.params.burst {
-            return Err(ThrottleError::InsufficientCapacity(InsufficientCapacity {
-                requested: n,
-                burst: self.params.burst,
-            }));
-        }
-        let scale = self.params.scale;
-        let max = u64::try_from(max_wait.as_nanos())
-            .unwrap_or(u64::MAX)
-            .saturating_mul(scale)
-            .min(MAX_QUEUE_UNITS);
+        self.params.within_burst(n)?;
         let now = self.params.units(self.clock.now());
-        let to_ns = |units: u64| Duration::from_nanos(units.div_ceil(scale));
-        self.tat.update(
-            |tat| match gcra_math::reserve(tat, now, n, &self.params, max) {
-                Ok((new, wait)) => Step::Store(new, Ok(to_ns(wait))),
-                Err(wait) => Step::Keep(Err(ThrottleError::WouldWait(to_ns(wait)))),
-            },
-        )
+        self.tat
+            .update(self.reserve_step(now, n, self.params.queue_limit(max_wait)))
+    }
+
+    /// The reservation step at `now` (GCRA units), as `StateCell` runs it.
+    fn reserve_step(
+        &self,
+        now: u64,
+        n: u32,
+        max: u64,
+    ) -> impl Fn(u64) -> Step<Result<Duration, ThrottleError>> + '_ {
+        move |tat| match gcra_math::reserve(tat, now, n, &self.params, max) {
+            Ok((new, wait)) => Step::Store(new, self.params.reservation(Ok(wait))),
+            Err(wait) => Step::Keep(self.params.reservation(Err(wait))),
+        }
+    }
+
+    /// The refund step at `now` (GCRA units) for `cost` units, as `StateCell` runs it.
+    fn refund_step(now: u64, cost: u64) -> impl Fn(u64) -> Step<()> {
+        move |tat| match gcra_math::refund(tat, now, cost) {
+            Some(new) => Step::Store(new, ()),
+            None => Step::Keep(()),
+        }
     }
 
     /// Reserves `n` tokens' worth of slots, as [`Throttle::reserve_n`], and returns a
@@ -116,11 +122,7 @@ impl<C: Clock> Throttle<C> {
     /// moved (they only wait longer than they would have).
     pub fn refund(&self, reservation: Reservation) {
         let now = self.params.units(self.clock.now());
-        self.tat
-            .update(|tat| match gcra_math::refund(tat, now, reservation.cost) {
-                Some(new) => Step::Store(new, ()),
-                None => Step::Keep(()),
-            });
+        self.tat.update(Self::refund_step(now, reservation.cost));
     }
 
     /// For the loom models' teeth: `refund` with the CAS replaced by a load and a store.
@@ -129,10 +131,7 @@ impl<C: Clock> Throttle<C> {
     pub fn loom_broken_refund(&self, reservation: Reservation) {
         let now = self.params.units(self.clock.now());
         self.tat
-            .update_racy(|tat| match gcra_math::refund(tat, now, reservation.cost) {
-                Some(new) => Step::Store(new, ()),
-                None => Step::Keep(()),
-            });
+            .update_racy(Self::refund_step(now, reservation.cost));
     }
 
     /// The quota it paces to.
@@ -144,17 +143,8 @@ impl<C: Clock> Throttle<C> {
     #[cfg(atomic_limiter_loom)]
     #[doc(hidden)]
     pub fn loom_broken_reserve(&self, max_wait: Duration) -> Result<Duration, ThrottleError> {
-        let scale = self.params.scale;
-        let max = (max_wait.as_nanos() as u64)
-            .saturating_mul(scale)
-            .min(MAX_QUEUE_UNITS);
         let now = self.params.units(self.clock.now());
-        let to_ns = |units: u64| Duration::from_nanos(units.div_ceil(scale));
-        self.tat.update_racy(
-            |tat| match gcra_math::reserve(tat, now, 1, &self.params, max) {
-                Ok((new, wait)) => Step::Store(new, Ok(to_ns(wait))),
-                Err(wait) => Step::Keep(Err(ThrottleError::WouldWait(to_ns(wait)))),
-            },
-        )
+        self.tat
+            .update_racy(self.reserve_step(now, 1, self.params.queue_limit(max_wait)))
     }
 }

@@ -121,6 +121,26 @@ pub(crate) struct WindowOutcome {
     pub(crate) reset_ns: u64,
 }
 
+impl WindowOutcome {
+    /// The outcome as a `StateCell` step answering a `Decision`.
+    #[inline]
+    pub(crate) fn into_step(self, resolution: u64) -> crate::state_cell::Step<crate::Decision> {
+        let d = crate::Decision::new(
+            self.allowed,
+            resolution,
+            crate::decision::Detail::Eager {
+                remaining: self.remaining,
+                retry_ns: self.retry_ns,
+                reset_ns: self.reset_ns,
+            },
+        );
+        match self.word {
+            Some(new) => crate::state_cell::Step::Store(new, d),
+            None => crate::state_cell::Step::Keep(d),
+        }
+    }
+}
+
 /// One fixed-window step for `n <= limit` at `now`.
 #[inline]
 pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
@@ -300,47 +320,26 @@ macro_rules! window_limiter {
 
             #[inline]
             fn run(&self, n: u32) -> crate::Decision {
-                let now = self.clock.now();
+                self.word.update(self.step(self.clock.now(), n))
+            }
+
+            /// The window step at `now` for `n`, as `StateCell` runs it. A denial decided on a
+            /// stale word stands (counts only grow within a window; see `docs/design.md`).
+            #[inline]
+            fn step(
+                &self,
+                now: u64,
+                n: u32,
+            ) -> impl Fn(u64) -> crate::state_cell::Step<crate::Decision> + '_ {
                 let resolution = self.clock.resolution();
-                self.word.update(|word| {
-                    let o = $step(word, now, n, &self.params);
-                    let d = crate::Decision::new(
-                        o.allowed,
-                        resolution,
-                        crate::decision::Detail::Eager {
-                            remaining: o.remaining,
-                            retry_ns: o.retry_ns,
-                            reset_ns: o.reset_ns,
-                        },
-                    );
-                    match o.word {
-                        Some(new) => crate::state_cell::Step::Store(new, d),
-                        None => crate::state_cell::Step::Keep(d),
-                    }
-                })
+                move |word| $step(word, now, n, &self.params).into_step(resolution)
             }
 
             /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.
             #[cfg(atomic_limiter_loom)]
             #[doc(hidden)]
             pub fn loom_broken_check_n(&self, n: u32) -> crate::Decision {
-                let now = self.clock.now();
-                self.word.update_racy(|word| {
-                    let o = $step(word, now, n, &self.params);
-                    let d = crate::Decision::new(
-                        o.allowed,
-                        1,
-                        crate::decision::Detail::Eager {
-                            remaining: o.remaining,
-                            retry_ns: o.retry_ns,
-                            reset_ns: o.reset_ns,
-                        },
-                    );
-                    match o.word {
-                        Some(new) => crate::state_cell::Step::Store(new, d),
-                        None => crate::state_cell::Step::Keep(d),
-                    }
-                })
+                self.word.update_racy(self.step(self.clock.now(), n))
             }
         }
 

@@ -47,16 +47,7 @@ proptest! {
         let w = FixedWindow::with_clock(q, clock.clone()).unwrap();
         let twin: MutexFixedWindow<_> = MutexFixedWindow::with_clock(q, clock.clone()).unwrap();
         let mut m = FixedModel { limit: q.rate(), window: q.per().as_nanos() as u64, epoch: start, index: 0, count: 0 };
-        for (advance, n) in ops {
-            clock.advance_nanos(advance);
-            let d = w.check_n(n);
-            prop_assert_eq!(d, twin.check_n(n), "lock-free and mutex twins disagree");
-            if u64::from(n) > q.rate() { prop_assert!(d.is_err()); continue; }
-            let d = d.unwrap();
-            let (ok, remaining) = m.check(clock.now(), u64::from(n));
-            prop_assert_eq!(d.is_allowed(), ok);
-            prop_assert_eq!(d.remaining(), remaining);
-        }
+        matches_model(q, &clock, &ops, &w, &twin, |now, n| m.check(now, n))?;
     }
 
     #[test]
@@ -65,16 +56,7 @@ proptest! {
         let w = SlidingWindowCounter::with_clock(q, clock.clone()).unwrap();
         let twin: MutexSlidingWindowCounter<_> = MutexSlidingWindowCounter::with_clock(q, clock.clone()).unwrap();
         let mut m = SlidingModel { limit: q.rate(), window: q.per().as_nanos() as u64, epoch: start, index: 0, previous: 0, current: 0 };
-        for (advance, n) in ops {
-            clock.advance_nanos(advance);
-            let d = w.check_n(n);
-            prop_assert_eq!(d, twin.check_n(n), "lock-free and mutex twins disagree");
-            if u64::from(n) > q.rate() { prop_assert!(d.is_err()); continue; }
-            let d = d.unwrap();
-            let (ok, remaining) = m.check(clock.now(), u64::from(n));
-            prop_assert_eq!(d.is_allowed(), ok);
-            prop_assert_eq!(d.remaining(), remaining);
-        }
+        matches_model(q, &clock, &ops, &w, &twin, |now, n| m.check(now, n))?;
     }
 
     /// The log admits exactly what a plain deque of admission times admits.
@@ -150,6 +132,32 @@ proptest! {
             }
         }
     }
+}
+
+/// Runs `ops` through a window limiter and its mutex twin (identical answers) and a model (same
+/// decisions and remaining counts).
+fn matches_model(
+    q: Quota,
+    clock: &ManualClock,
+    ops: &[(u64, u32)],
+    limiter: &dyn RateLimiter,
+    twin: &dyn RateLimiter,
+    mut model: impl FnMut(u64, u64) -> (bool, u64),
+) -> Result<(), TestCaseError> {
+    for &(advance, n) in ops {
+        clock.advance_nanos(advance);
+        let d = limiter.check_n(n);
+        prop_assert_eq!(d, twin.check_n(n), "lock-free and mutex twins disagree");
+        if u64::from(n) > q.rate() {
+            prop_assert!(d.is_err());
+            continue;
+        }
+        let d = d.unwrap();
+        let (ok, remaining) = model(clock.now(), u64::from(n));
+        prop_assert_eq!(d.is_allowed(), ok);
+        prop_assert_eq!(d.remaining(), remaining);
+    }
+    Ok(())
 }
 
 fn window_limiter(kind: u32, q: Quota, clock: &ManualClock) -> Box<dyn RateLimiter> {

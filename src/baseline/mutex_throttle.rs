@@ -3,8 +3,8 @@ use std::sync::Mutex;
 
 use crate::baseline::BaselineLock;
 use crate::clock::Clock;
-use crate::gcra_math::{self, GcraParams, MAX_QUEUE_UNITS};
-use crate::{InsufficientCapacity, Quota, ThrottleError};
+use crate::gcra_math::{self, GcraParams};
+use crate::{Quota, ThrottleError};
 
 /// [`Throttle`](crate::Throttle)'s reservation maths behind a lock, as the C++ source's throttler
 /// keeps its next slot under a mutex. For benchmarks and differential tests.
@@ -58,27 +58,16 @@ impl<C: Clock, L: BaselineLock<u64>> MutexThrottle<C, L> {
     ///
     /// As [`Throttle::reserve_n`](crate::Throttle::reserve_n).
     pub fn reserve_n(&self, n: u32, max_wait: Duration) -> Result<Duration, ThrottleError> {
-        if n > self.params.burst {
-            return Err(ThrottleError::InsufficientCapacity(InsufficientCapacity {
-                requested: n,
-                burst: self.params.burst,
-            }));
-        }
-        let scale = self.params.scale;
-        let max = u64::try_from(max_wait.as_nanos())
-            .unwrap_or(u64::MAX)
-            .saturating_mul(scale)
-            .min(MAX_QUEUE_UNITS);
+        self.params.within_burst(n)?;
+        let max = self.params.queue_limit(max_wait);
         let now = self.params.units(self.clock.now());
-        let wait = self.tat.with(|tat| {
+        let reserved = self.tat.with(|tat| {
             let r = gcra_math::reserve(*tat, now, n, &self.params, max);
             if let Ok((new, _)) = r {
                 *tat = new;
             }
             r.map(|(_, wait)| wait)
         });
-        let to_ns = |units: u64| Duration::from_nanos(units.div_ceil(scale));
-        wait.map(to_ns)
-            .map_err(|w| ThrottleError::WouldWait(to_ns(w)))
+        self.params.reservation(reserved)
     }
 }

@@ -45,22 +45,16 @@ macro_rules! mutex_window {
                     });
                 }
                 let now = self.clock.now();
-                let o = self.word.with(|word| {
-                    let o = $step(*word, now, n, &self.params);
-                    if let Some(new) = o.word {
-                        *word = new;
+                let resolution = self.clock.resolution();
+                Ok(self.word.with(|word| {
+                    match $step(*word, now, n, &self.params).into_step(resolution) {
+                        crate::state_cell::Step::Store(new, d) => {
+                            *word = new;
+                            d
+                        }
+                        crate::state_cell::Step::Keep(d) => d,
                     }
-                    o
-                });
-                Ok(crate::Decision::new(
-                    o.allowed,
-                    self.clock.resolution(),
-                    crate::decision::Detail::Eager {
-                        remaining: o.remaining,
-                        retry_ns: o.retry_ns,
-                        reset_ns: o.reset_ns,
-                    },
-                ))
+                }))
             }
 
             fn quota(&self) -> &crate::Quota {
