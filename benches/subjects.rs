@@ -193,6 +193,15 @@ pub fn allow_subjects() -> Vec<Subject> {
             .unwrap(),
         ),
         allow_loop(
+            "MutexSlidingWindowCounter (std)",
+            Kind::Mutex,
+            atomic_limiter::baseline::MutexSlidingWindowCounter::<QuantaClock>::with_clock(
+                Quota::try_new(1_000_000, Duration::from_millis(1), 1).unwrap(),
+                QuantaClock::new(),
+            )
+            .unwrap(),
+        ),
+        allow_loop(
             "SlidingWindowLog (mutex)",
             Kind::Mutex,
             atomic_limiter::SlidingWindowLog::with_clock(

@@ -1,8 +1,7 @@
 use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
-use crate::decision::Detail;
-use crate::gcra_math::{self, GcraParams, Outcome};
+use crate::gcra_math::{self, GcraParams};
 use crate::state_cell::{StateCell, Step};
 use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
 
@@ -132,11 +131,8 @@ impl<C: Clock> Gcra<C> {
     /// the TAT forward; so keeping the word is final.
     #[inline]
     fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Decision> + '_ {
-        move |tat| match gcra_math::decide(tat, now, n, &self.params) {
-            Outcome::Deny { after, wait } => Step::Keep(self.decision(false, after, wait)),
-            Outcome::Allow { after, .. } if n == 0 => Step::Keep(self.decision(true, after, 0)),
-            Outcome::Allow { tat, after } => Step::Store(tat, self.decision(true, after, 0)),
-        }
+        let resolution = self.clock.resolution();
+        move |tat| gcra_math::meter(tat, now, n, &self.params, resolution)
     }
 
     /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.
@@ -152,21 +148,6 @@ impl<C: Clock> Gcra<C> {
     #[doc(hidden)]
     pub fn loom_state(&self) -> u64 {
         self.tat.load()
-    }
-
-    #[inline]
-    fn decision(&self, allowed: bool, after: u64, wait: u64) -> Decision {
-        Decision::new(
-            allowed,
-            self.clock.resolution(),
-            Detail::Time {
-                after,
-                wait,
-                token: self.params.token,
-                window: self.params.window,
-                scale: self.params.scale,
-            },
-        )
     }
 }
 

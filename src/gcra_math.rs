@@ -80,6 +80,28 @@ impl GcraParams {
         Ok(())
     }
 
+    /// A decision with GCRA figures: `after` units of debt stand, the request passes in `wait`.
+    #[inline]
+    pub(crate) fn decision(
+        &self,
+        allowed: bool,
+        after: u64,
+        wait: u64,
+        resolution: u64,
+    ) -> crate::Decision {
+        crate::Decision::new(
+            allowed,
+            resolution,
+            crate::decision::Detail::Time {
+                after,
+                wait,
+                token: self.token,
+                window: self.window,
+                scale: self.scale,
+            },
+        )
+    }
+
     /// A clock reading in GCRA units, modulo 2^64.
     #[inline]
     pub(crate) const fn units(&self, now_ns: u64) -> u64 {
@@ -137,6 +159,26 @@ pub(crate) const fn decide(tat: u64, now: u64, n: u32, p: &GcraParams) -> Outcom
             after: ahead,
             wait: after - p.window,
         }
+    }
+}
+
+/// The meter (GCRA's check) as a `StateCell` step: a denial or a peek keeps the word, an admission
+/// stores the new TAT.
+#[inline]
+pub(crate) fn meter(
+    tat: u64,
+    now: u64,
+    n: u32,
+    p: &GcraParams,
+    resolution: u64,
+) -> crate::state_cell::Step<crate::Decision> {
+    use crate::state_cell::Step;
+    match decide(tat, now, n, p) {
+        Outcome::Deny { after, wait } => Step::Keep(p.decision(false, after, wait, resolution)),
+        Outcome::Allow { after, .. } if n == 0 => {
+            Step::Keep(p.decision(true, after, 0, resolution))
+        }
+        Outcome::Allow { tat, after } => Step::Store(tat, p.decision(true, after, 0, resolution)),
     }
 }
 

@@ -3,7 +3,7 @@ use core::time::Duration;
 use crate::clock::Clock;
 use crate::gcra_math::{self, GcraParams};
 use crate::state_cell::{StateCell, Step};
-use crate::{Quota, Reservation, ThrottleError};
+use crate::{Decision, InsufficientCapacity, Quota, RateLimiter, Reservation, ThrottleError};
 
 /// The leaky bucket as a **queue**: it spaces requests at the quota's pace instead of refusing
 /// them. Reservations can be refunded ([`Throttle::reserve_refundable`]). Each caller reserves the next free slot with one compare-and-swap and learns how long to
@@ -146,5 +146,34 @@ impl<C: Clock> Throttle<C> {
         let now = self.params.units(self.clock.now());
         self.tat
             .update_racy(self.reserve_step(now, 1, self.params.queue_limit(max_wait)))
+    }
+}
+
+/// The throttle as a meter: a check passes only if its slot is free now, and reserves nothing
+/// otherwise (GCRA's check on the same state), so it can serve wherever a `RateLimiter` is wanted.
+impl<C: Clock> RateLimiter for Throttle<C> {
+    fn check(&self) -> Decision {
+        let now = self.params.units(self.clock.now());
+        let resolution = self.clock.resolution();
+        self.tat
+            .update(|tat| gcra_math::meter(tat, now, 1, &self.params, resolution))
+    }
+
+    fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        if n > self.params.burst {
+            return Err(InsufficientCapacity {
+                requested: n,
+                burst: self.params.burst,
+            });
+        }
+        let now = self.params.units(self.clock.now());
+        let resolution = self.clock.resolution();
+        Ok(self
+            .tat
+            .update(|tat| gcra_math::meter(tat, now, n, &self.params, resolution)))
+    }
+
+    fn quota(&self) -> &Quota {
+        &self.quota
     }
 }

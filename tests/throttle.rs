@@ -167,3 +167,24 @@ fn a_refund_never_makes_the_throttle_fuller_than_full() {
         "still a burst of 2, not 3"
     );
 }
+
+/// As a `RateLimiter` the throttle is GCRA's meter on the same state: it admits what `Gcra` admits
+/// and reserves nothing when refused.
+#[test]
+fn as_a_rate_limiter_it_is_the_meter() {
+    use atomic_limiter::{Gcra, RateLimiter};
+    let q = Quota::per_second(10).with_burst(3);
+    let (c1, c2) = (ManualClock::new(), ManualClock::new());
+    let t = Throttle::with_clock(q, c1.clone());
+    let g = Gcra::with_clock(q, c2.clone());
+    for step in 0..200u64 {
+        let n = (step % 4) as u32;
+        assert_eq!(RateLimiter::check_n(&t, n), g.check_n(n), "step {step}");
+        c1.advance_nanos(step * 7_919_000 % 90_000_000);
+        c2.advance_nanos(step * 7_919_000 % 90_000_000);
+    }
+    // A refused check reserved nothing: the next slot is still the one a reservation gets.
+    while RateLimiter::check(&t).is_allowed() {}
+    let d = RateLimiter::check(&t);
+    assert_eq!(t.reserve(FOREVER), Ok(d.retry_after()));
+}

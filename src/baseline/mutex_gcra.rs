@@ -4,7 +4,6 @@ use crate::baseline::BaselineLock;
 use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
-use crate::decision::Detail;
 use crate::gcra_math::{self, GcraParams, Outcome};
 use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
 
@@ -72,17 +71,8 @@ impl<C: Clock, L: BaselineLock<u64>> MutexGcra<C, L> {
                     }
                     Outcome::Deny { after, wait } => (false, after, wait),
                 });
-        Decision::new(
-            allowed,
-            self.clock.resolution(),
-            Detail::Time {
-                after,
-                wait,
-                token: self.params.token,
-                window: self.params.window,
-                scale: self.params.scale,
-            },
-        )
+        self.params
+            .decision(allowed, after, wait, self.clock.resolution())
     }
 }
 
