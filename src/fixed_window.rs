@@ -29,5 +29,6 @@ window_limiter!(
     /// ```
     FixedWindow,
     fixed,
-    (1 << 31) - 1
+    (1 << 31) - 1,
+    1
 );

@@ -28,5 +28,6 @@ window_limiter!(
     /// ```
     SlidingWindowCounter,
     sliding,
-    WindowParams::MAX_SLIDING_LIMIT
+    WindowParams::MAX_SLIDING_LIMIT,
+    2
 );

@@ -84,6 +84,14 @@ impl WindowParams {
         64 - counts * self.count_bits
     }
 
+    /// The longest idle read exactly, in ns (saturating): `2^(index_bits - 1) - 1` windows. Past it
+    /// the window index is read modulo its width and old counts may be kept (fewer admissions,
+    /// never more).
+    pub(crate) fn horizon_ns(&self, counts: u32) -> u64 {
+        let windows = (1u128 << (self.index_bits(counts) - 1)) - 1;
+        u64::try_from(windows * u128::from(self.window)).unwrap_or(u64::MAX)
+    }
+
     /// The distance from the stored index to `k`, classified.
     #[inline]
     fn step(&self, stored: u64, k: u64, counts: u32) -> Step {
@@ -268,7 +276,7 @@ fn wait_sliding(previous: u64, current: u64, n: u64, elapsed: u64, p: &WindowPar
 /// A window limiter type: the struct, its constructors, the CAS through `StateCell`, and
 /// `RateLimiter`. `$step` is `fixed` or `sliding`; `$max` the largest limit.
 macro_rules! window_limiter {
-    ($(#[$doc:meta])* $name:ident, $step:path, $max:expr) => {
+    ($(#[$doc:meta])* $name:ident, $step:path, $max:expr, $counts:expr) => {
         $(#[$doc])*
         #[derive(Debug)]
         pub struct $name<C> {
@@ -300,6 +308,13 @@ macro_rules! window_limiter {
             #[inline]
             pub fn check(&self) -> crate::Decision {
                 self.run(1)
+            }
+
+            /// The longest idle (or clock step) read exactly: `2^(index bits - 1) - 1` windows,
+            /// the index taking the bits the counts leave. Past it the window index is read modulo
+            /// its width: old counts may be kept, so fewer admissions, never more.
+            pub fn horizon(&self) -> core::time::Duration {
+                core::time::Duration::from_nanos(self.params.horizon_ns($counts))
             }
 
             /// Asks for `n` admissions at once, all or nothing; `n = 0` peeks.

@@ -268,3 +268,25 @@ fn sliding_counter_reset_after_saturates_for_huge_windows() {
     assert!(d.is_allowed());
     assert_eq!(d.reset_after(), Duration::from_nanos(u64::MAX));
 }
+
+/// Past its horizon (the window index's width) the sliding counter reads the index modulo the
+/// width: an idle of exactly `2^index_bits` windows looks like the same window, and the old counts
+/// are kept: fewer admissions, never more, and a window later all is fresh again.
+#[test]
+fn past_the_horizon_old_counts_are_kept_never_more() {
+    // Limit 1 000 000: 20-bit counts, a 24-bit index; 1 ms windows: a cycle of 2^24 ms.
+    let q = Quota::try_new(1_000_000, Duration::from_millis(1), 1).unwrap();
+    let clock = ManualClock::new();
+    let w = SlidingWindowCounter::with_clock(q, clock.clone()).unwrap();
+    assert_eq!(w.horizon(), Duration::from_millis((1 << 23) - 1));
+    assert!(w.check_n(1_000_000).unwrap().is_allowed());
+    // Exactly one index cycle later: read as the same window, the old count kept.
+    clock.advance(Duration::from_millis(1 << 24));
+    assert!(
+        w.check().is_denied(),
+        "the old count is kept: fewer admissions"
+    );
+    // Two windows on: both counts have slid out.
+    clock.advance(Duration::from_millis(2));
+    assert!(w.check().is_allowed());
+}
