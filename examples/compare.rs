@@ -261,7 +261,6 @@ fn sims(rate: u32, burst: u32) -> Vec<(&'static str, Box<dyn Sim>)> {
     let q = Quota::per_second(u64::from(rate)).with_burst(burst);
     let gov_clock = governor::clock::FakeRelativeClock::default();
     let rl_clock = SimClock::default();
-    let mk = |clock: &ManualClock| clock.clone();
     let c1 = ManualClock::new();
     let c2 = ManualClock::new();
     let c3 = ManualClock::new();
@@ -269,21 +268,21 @@ fn sims(rate: u32, burst: u32) -> Vec<(&'static str, Box<dyn Sim>)> {
         (
             "Gcra",
             Box::new(OursSim {
-                l: Gcra::with_clock(q, mk(&c1)),
+                l: Gcra::with_clock(q, c1.clone()),
                 clock: c1,
             }) as Box<dyn Sim>,
         ),
         (
             "TokenBucket",
             Box::new(OursSim {
-                l: TokenBucket::with_clock(q, mk(&c2)),
+                l: TokenBucket::with_clock(q, c2.clone()),
                 clock: c2,
             }),
         ),
         (
             "MutexTokenBucket",
             Box::new(OursSim {
-                l: MutexTokenBucket::<_>::with_clock(q, mk(&c3)),
+                l: MutexTokenBucket::<_>::with_clock(q, c3.clone()),
                 clock: c3,
             }),
         ),

@@ -69,15 +69,8 @@ impl GcraParams {
 
     /// `n` within the burst, or the error a reservation gives.
     pub(crate) fn within_burst(&self, n: u32) -> Result<(), crate::ThrottleError> {
-        if n > self.burst {
-            return Err(crate::ThrottleError::InsufficientCapacity(
-                crate::InsufficientCapacity {
-                    requested: n,
-                    burst: self.burst,
-                },
-            ));
-        }
-        Ok(())
+        crate::InsufficientCapacity::check(n, self.burst)
+            .map_err(crate::ThrottleError::InsufficientCapacity)
     }
 
     /// A decision with GCRA figures: `after` units of debt stand, the request passes in `wait`.

@@ -10,6 +10,19 @@ pub struct InsufficientCapacity {
     pub burst: u32,
 }
 
+impl InsufficientCapacity {
+    /// `Ok` when `requested` tokens fit in `burst`, the error otherwise: the one check every
+    /// limiter makes before touching its state.
+    #[inline]
+    pub(crate) fn check(requested: u32, burst: u32) -> Result<(), InsufficientCapacity> {
+        if requested > burst {
+            Err(InsufficientCapacity { requested, burst })
+        } else {
+            Ok(())
+        }
+    }
+}
+
 impl fmt::Display for InsufficientCapacity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

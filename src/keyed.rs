@@ -26,13 +26,7 @@ pub struct KeyEntry<L> {
 impl<L: KeyedLimiter> KeyEntry<L> {
     #[inline]
     fn check(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        let burst = self.limiter.quota().burst();
-        if n > burst {
-            return Err(InsufficientCapacity {
-                requested: n,
-                burst,
-            });
-        }
+        InsufficientCapacity::check(n, self.limiter.quota().burst())?;
         Ok(self.limiter.check_state(&self.state, n))
     }
 }
@@ -204,13 +198,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     #[inline(never)]
     fn check_new(&self, key: &K, n: u32) -> Result<Decision, InsufficientCapacity> {
         let limiter = self.limiter_for(key);
-        let burst = limiter.quota().burst();
-        if n > burst {
-            return Err(InsufficientCapacity {
-                requested: n,
-                burst,
-            });
-        }
+        InsufficientCapacity::check(n, limiter.quota().burst())?;
         if !self.reserve() {
             return Ok(self.refusal());
         }

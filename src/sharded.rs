@@ -134,24 +134,14 @@ impl<L: RateLimiter> Sharded<L> {
     /// [`InsufficientCapacity`] if `n` exceeds the largest shard's burst.
     #[inline]
     pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        if n > self.max_request {
-            return Err(InsufficientCapacity {
-                requested: n,
-                burst: self.max_request,
-            });
-        }
-        Ok(self.check_from(crate::sync::thread_slot(), n))
+        self.check_n_from(crate::sync::thread_slot(), n)
     }
 
     /// The check with an explicit home shard (taken modulo the shard count), for tests and models.
     #[doc(hidden)]
+    #[inline]
     pub fn check_n_from(&self, home: usize, n: u32) -> Result<Decision, InsufficientCapacity> {
-        if n > self.max_request {
-            return Err(InsufficientCapacity {
-                requested: n,
-                burst: self.max_request,
-            });
-        }
+        InsufficientCapacity::check(n, self.max_request)?;
         Ok(self.check_from(home, n))
     }
 

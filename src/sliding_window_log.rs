@@ -96,12 +96,7 @@ impl<C: Clock> SlidingWindowLog<C> {
     ///
     /// [`InsufficientCapacity`] if `n` exceeds the limit.
     pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        if u64::from(n) > self.limit {
-            return Err(InsufficientCapacity {
-                requested: n,
-                burst: self.limit as u32,
-            });
-        }
+        InsufficientCapacity::check(n, self.limit as u32)?;
         Ok(self.run(n))
     }
 

@@ -134,6 +134,14 @@ impl<C: Clock> Throttle<C> {
             .update_racy(Self::refund_step(now, reservation.cost));
     }
 
+    /// GCRA's check on the throttle's state, for `n <= burst`: passes only if the slot is free now.
+    fn meter(&self, n: u32) -> Decision {
+        let now = self.params.units(self.clock.now());
+        let resolution = self.clock.resolution();
+        self.tat
+            .update(|tat| gcra_math::meter(tat, now, n, &self.params, resolution))
+    }
+
     /// The quota it paces to.
     pub fn quota(&self) -> &Quota {
         &self.quota
@@ -153,24 +161,12 @@ impl<C: Clock> Throttle<C> {
 /// otherwise (GCRA's check on the same state), so it can serve wherever a `RateLimiter` is wanted.
 impl<C: Clock> RateLimiter for Throttle<C> {
     fn check(&self) -> Decision {
-        let now = self.params.units(self.clock.now());
-        let resolution = self.clock.resolution();
-        self.tat
-            .update(|tat| gcra_math::meter(tat, now, 1, &self.params, resolution))
+        self.meter(1)
     }
 
     fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        if n > self.params.burst {
-            return Err(InsufficientCapacity {
-                requested: n,
-                burst: self.params.burst,
-            });
-        }
-        let now = self.params.units(self.clock.now());
-        let resolution = self.clock.resolution();
-        Ok(self
-            .tat
-            .update(|tat| gcra_math::meter(tat, now, n, &self.params, resolution)))
+        InsufficientCapacity::check(n, self.params.burst)?;
+        Ok(self.meter(n))
     }
 
     fn quota(&self) -> &Quota {

@@ -116,12 +116,7 @@ impl<C: Clock> TokenBucket<C> {
     /// [`InsufficientCapacity`] if `n` exceeds the burst.
     #[inline]
     pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        if n > self.params.burst {
-            return Err(InsufficientCapacity {
-                requested: n,
-                burst: self.params.burst,
-            });
-        }
+        InsufficientCapacity::check(n, self.params.burst)?;
         Ok(self.run(n))
     }
 

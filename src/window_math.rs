@@ -324,12 +324,7 @@ macro_rules! window_limiter {
             /// [`InsufficientCapacity`](crate::InsufficientCapacity) if `n` exceeds the limit.
             #[inline]
             pub fn check_n(&self, n: u32) -> Result<crate::Decision, crate::InsufficientCapacity> {
-                if u64::from(n) > self.params.limit {
-                    return Err(crate::InsufficientCapacity {
-                        requested: n,
-                        burst: self.params.limit as u32,
-                    });
-                }
+                crate::InsufficientCapacity::check(n, self.params.limit as u32)?;
                 Ok(self.run(n))
             }
 

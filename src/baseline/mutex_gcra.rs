@@ -82,12 +82,7 @@ impl<C: Clock, L: BaselineLock<u64>> RateLimiter for MutexGcra<C, L> {
     }
 
     fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        if n > self.params.burst {
-            return Err(InsufficientCapacity {
-                requested: n,
-                burst: self.params.burst,
-            });
-        }
+        InsufficientCapacity::check(n, self.params.burst)?;
         Ok(self.run(n))
     }
 

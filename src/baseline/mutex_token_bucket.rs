@@ -117,12 +117,7 @@ impl<C: Clock, L: BaselineLock<TextbookBucket>> RateLimiter for MutexTokenBucket
     }
 
     fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        if n > self.quota.burst() {
-            return Err(InsufficientCapacity {
-                requested: n,
-                burst: self.quota.burst(),
-            });
-        }
+        InsufficientCapacity::check(n, self.quota.burst())?;
         Ok(self.run(n))
     }
 

@@ -38,12 +38,7 @@ macro_rules! mutex_window {
             }
 
             fn check_n(&self, n: u32) -> Result<crate::Decision, crate::InsufficientCapacity> {
-                if u64::from(n) > self.params.limit {
-                    return Err(crate::InsufficientCapacity {
-                        requested: n,
-                        burst: self.params.limit as u32,
-                    });
-                }
+                crate::InsufficientCapacity::check(n, self.params.limit as u32)?;
                 let now = self.clock.now();
                 let resolution = self.clock.resolution();
                 Ok(self.word.with(|word| {
