@@ -6,6 +6,13 @@
 
 use atomic_limiter::baseline::{BaselineLock, MutexGcra, MutexTokenBucket, TextbookBucket};
 use atomic_limiter::{CoarseClock, Gcra, QuantaClock, Quota, RateLimiter, Sharded, TokenBucket};
+
+/// The shard count `Sharded::gcra` picks: the available parallelism, rounded up to a power of two.
+fn default_shards() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .next_power_of_two()
+}
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,6 +107,27 @@ fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap()
 }
 
+/// governor's coarse clock (quanta's "recent" time, 1 ms upkeep). Ours reads the same global: both
+/// need quanta's one upkeep thread, which only the first to ask may start. governor's constructor
+/// fails when it is already running and `CoarseClock::new` does not, so governor's is made first,
+/// here, and [`coarse`] makes sure of it.
+pub fn governor_coarse_clock() -> governor::clock::QuantaUpkeepClock {
+    static CLOCK: std::sync::OnceLock<governor::clock::QuantaUpkeepClock> =
+        std::sync::OnceLock::new();
+    CLOCK
+        .get_or_init(|| {
+            governor::clock::QuantaUpkeepClock::from_interval(Duration::from_millis(1))
+                .expect("quanta's upkeep thread is started here first")
+        })
+        .clone()
+}
+
+/// Our coarse clock, on the upkeep thread governor's coarse clock started.
+pub fn coarse() -> CoarseClock {
+    let _ = governor_coarse_clock();
+    CoarseClock::new()
+}
+
 /// A quota nothing hits: 10^9/s, the largest burst.
 pub fn open_quota() -> Quota {
     Quota::per_second(1_000_000_000).with_burst(Quota::MAX_BURST)
@@ -111,7 +139,7 @@ pub fn floors() -> Vec<Subject> {
     let q2 = quanta.clone();
     let q3 = quanta.clone();
     let ours = QuantaClock::new();
-    let coarse = CoarseClock::new();
+    let coarse = coarse();
     vec![
         subject("quanta Clock::now", Kind::Floor, move |iters| {
             for _ in 0..iters {
@@ -151,6 +179,64 @@ pub fn floors() -> Vec<Subject> {
             }
             0
         }),
+        {
+            // The lookup a keyed check makes, on the maps a keyed limiter could sit on: one key
+            // present, its value read. dashmap takes and releases a shard read lock (two atomic
+            // RMWs); papaya and scc's HashIndex read without a lock, but enter and leave an
+            // epoch-style guard per lookup (one RMW); papaya with a guard held across lookups
+            // does no RMW at all.
+            let m = dashmap::DashMap::with_hasher(ahash::RandomState::new());
+            m.insert(1u64, AtomicU64::new(0));
+            subject("dashmap get (aHash)", Kind::Floor, move |iters| {
+                for _ in 0..iters {
+                    black_box(m.get(black_box(&1)).map(|v| v.load(Ordering::Relaxed)));
+                }
+                0
+            })
+        },
+        {
+            let m = papaya::HashMap::with_hasher(ahash::RandomState::new());
+            m.pin().insert(1u64, AtomicU64::new(0));
+            subject("papaya pin + get (aHash)", Kind::Floor, move |iters| {
+                for _ in 0..iters {
+                    black_box(
+                        m.pin()
+                            .get(black_box(&1))
+                            .map(|v| v.load(Ordering::Relaxed)),
+                    );
+                }
+                0
+            })
+        },
+        {
+            let m = papaya::HashMap::with_hasher(ahash::RandomState::new());
+            m.pin().insert(1u64, AtomicU64::new(0));
+            subject(
+                "papaya get, guard held (aHash)",
+                Kind::Floor,
+                move |iters| {
+                    let guard = m.pin();
+                    for _ in 0..iters {
+                        black_box(guard.get(black_box(&1)).map(|v| v.load(Ordering::Relaxed)));
+                    }
+                    0
+                },
+            )
+        },
+        {
+            let m = scc::HashIndex::with_hasher(ahash::RandomState::new());
+            let _ = m.insert_sync(1u64, AtomicU64::new(0));
+            subject(
+                "scc HashIndex peek_with (aHash)",
+                Kind::Floor,
+                move |iters| {
+                    for _ in 0..iters {
+                        black_box(m.peek_with(black_box(&1), |_, v| v.load(Ordering::Relaxed)));
+                    }
+                    0
+                },
+            )
+        },
         subject("uncontended compare_exchange", Kind::Floor, |iters| {
             let word = AtomicU64::new(0);
             for i in 0..iters {
@@ -174,6 +260,11 @@ pub fn allow_subjects() -> Vec<Subject> {
         allow_loop("Gcra", Kind::Ours, Gcra::new(q)),
         allow_loop("TokenBucket", Kind::Ours, TokenBucket::new(q)),
         allow_loop("Sharded<Gcra>", Kind::Ours, Sharded::gcra(q)),
+        allow_loop(
+            "Sharded<Gcra> + CoarseClock",
+            Kind::Ours,
+            Sharded::gcra_with_clock(q, default_shards(), coarse()),
+        ),
         allow_loop(
             "FixedWindow",
             Kind::Ours,
@@ -230,6 +321,11 @@ pub fn allow_subjects() -> Vec<Subject> {
             MutexTokenBucket::<QuantaClock, PlMutex<TextbookBucket>>::new(q),
         ),
         allow_loop(
+            "MutexTokenBucket (std) + CoarseClock",
+            Kind::Mutex,
+            MutexTokenBucket::<CoarseClock>::with_clock(q, coarse()),
+        ),
+        allow_loop(
             "MutexGcra (std)",
             Kind::Mutex,
             MutexGcra::<QuantaClock>::new(q),
@@ -246,6 +342,16 @@ pub fn allow_subjects() -> Vec<Subject> {
         {
             let g = governor::RateLimiter::direct(gov_q);
             subject("governor check", Kind::Peer, move |iters| {
+                let mut ok = 0;
+                for _ in 0..iters {
+                    ok += black_box(&g).check().is_ok() as u64;
+                }
+                ok
+            })
+        },
+        {
+            let g = governor::RateLimiter::direct_with_clock(gov_q, governor_coarse_clock());
+            subject("governor check + coarse clock", Kind::Peer, move |iters| {
                 let mut ok = 0;
                 for _ in 0..iters {
                     ok += black_box(&g).check().is_ok() as u64;
@@ -290,14 +396,14 @@ pub fn deny_subjects(read_retry: bool) -> Vec<Subject> {
         deny_loop(
             "Gcra + CoarseClock",
             Kind::Ours,
-            Gcra::with_clock(q, CoarseClock::new()),
+            Gcra::with_clock(q, coarse()),
             read_retry,
         ),
         deny_loop("TokenBucket", Kind::Ours, TokenBucket::new(q), read_retry),
         deny_loop(
             "TokenBucket + CoarseClock",
             Kind::Ours,
-            TokenBucket::with_clock(q, CoarseClock::new()),
+            TokenBucket::with_clock(q, coarse()),
             read_retry,
         ),
         deny_loop(
@@ -405,32 +511,94 @@ fn thread_index() -> u64 {
     INDEX.with(|i| *i)
 }
 
+/// This thread's keys in turn, `base .. base + keys`, without a division per step (a `%` here
+/// would cost both subjects several nanoseconds, and compress their ratio towards 1).
+struct KeyCycle {
+    base: u64,
+    i: u64,
+    keys: u64,
+}
+
+impl KeyCycle {
+    fn new(keys: u64) -> KeyCycle {
+        KeyCycle {
+            base: thread_index() * keys,
+            i: 0,
+            keys,
+        }
+    }
+
+    #[inline]
+    fn next(&mut self) -> u64 {
+        let key = self.base + self.i;
+        self.i += 1;
+        if self.i == self.keys {
+            self.i = 0;
+        }
+        key
+    }
+}
+
 /// Keyed limiters checked over `keys` keys already present (each thread on its own range of keys),
 /// ours against governor's keyed limiter, both with a quota nothing hits.
 pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     let q = open_quota();
+    let gov_q = governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST));
     let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 24);
-    let gov = governor::RateLimiter::keyed(
-        governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST)),
+    let ours_coarse = atomic_limiter::Keyed::gcra_with_clock(q, 1 << 24, coarse());
+    let clock = QuantaClock::new();
+    // Every key on the same quota, but through the quota function's path (one more lookup's
+    // worth of work only when a key is new; the check builds its decision under the shard lock).
+    let ours_fn = atomic_limiter::Keyed::<u64, Gcra>::with_quota_fn(
+        1 << 24,
+        move |_| q,
+        move |q| Gcra::with_clock(q, clock.clone()),
     );
+    let gov = governor::RateLimiter::keyed(gov_q);
+    let gov_coarse = governor::RateLimiter::dashmap_with_clock(gov_q, governor_coarse_clock());
     vec![
-        subject("Keyed<u64, Gcra>", Kind::Ours, move |iters| {
-            let base = thread_index() * keys;
-            let mut ok = 0;
-            for i in 0..iters {
-                ok += black_box(&ours).check_key(&(base + i % keys)).is_allowed() as u64;
-            }
-            ok
+        keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
+            black_box(&ours).check_key(k).is_allowed()
         }),
-        subject("governor keyed check_key", Kind::Peer, move |iters| {
-            let base = thread_index() * keys;
-            let mut ok = 0;
-            for i in 0..iters {
-                ok += black_box(&gov).check_key(&(base + i % keys)).is_ok() as u64;
-            }
-            ok
+        keyed_loop(
+            "Keyed<u64, Gcra> + CoarseClock",
+            Kind::Ours,
+            keys,
+            move |k| black_box(&ours_coarse).check_key(k).is_allowed(),
+        ),
+        keyed_loop(
+            "Keyed<u64, Gcra>, quota function",
+            Kind::Ours,
+            keys,
+            move |k| black_box(&ours_fn).check_key(k).is_allowed(),
+        ),
+        keyed_loop("governor keyed check_key", Kind::Peer, keys, move |k| {
+            black_box(&gov).check_key(k).is_ok()
         }),
+        keyed_loop(
+            "governor keyed check_key + coarse clock",
+            Kind::Peer,
+            keys,
+            move |k| black_box(&gov_coarse).check_key(k).is_ok(),
+        ),
     ]
+}
+
+/// A keyed subject: `iters` checks over this thread's `keys` keys in turn.
+fn keyed_loop(
+    name: &'static str,
+    kind: Kind,
+    keys: u64,
+    check: impl Fn(&u64) -> bool + Send + Sync + 'static,
+) -> Subject {
+    subject(name, kind, move |iters| {
+        let mut key = KeyCycle::new(keys);
+        let mut ok = 0;
+        for _ in 0..iters {
+            ok += check(&key.next()) as u64;
+        }
+        ok
+    })
 }
 
 /// The throttle's reservation (a quota nothing queues on), lock-free and behind a mutex.

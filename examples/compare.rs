@@ -670,6 +670,28 @@ fn main() {
             None,
             Some(3.0),
         ));
+        // The same two, both on a coarse clock (quanta's "recent" time, one load).
+        targets.push(target(
+            &format!("Keyed / governor keyed, {keys} key(s), time per check, both coarse clocks"),
+            ratio(
+                find(&one, "Keyed<u64, Gcra> + CoarseClock"),
+                find(&one, "governor keyed check_key + coarse clock"),
+            ),
+            Some(0.5),
+            None,
+        ));
+        targets.push(target(
+            &format!(
+                "Keyed / governor keyed, {keys} key(s), 2 threads on distinct keys (throughput), \
+                 both coarse clocks"
+            ),
+            ratio(
+                find(&two, "Keyed<u64, Gcra> + CoarseClock"),
+                find(&two, "governor keyed check_key + coarse clock"),
+            ),
+            None,
+            Some(3.0),
+        ));
         keyed_rows.push((keys, one, two));
     }
     // The sharded limiter at 2 threads: the issue's targets.
@@ -684,6 +706,21 @@ fn main() {
         targets.push(target(
             "Sharded<Gcra> / MutexTokenBucket (std), 2 threads (throughput)",
             ratio(s, find(v, "MutexTokenBucket (std)")),
+            None,
+            Some(15.0),
+        ));
+        // The same two with every limiter on a coarse clock: the shards then cost little more
+        // than their CAS, while one shared word's cost is its cache line moving between cores.
+        let sc = find(v, "Sharded<Gcra> + CoarseClock");
+        targets.push(target(
+            "Sharded<Gcra> / governor check, 2 threads (throughput), both coarse clocks",
+            ratio(sc, find(v, "governor check + coarse clock")),
+            None,
+            Some(4.0),
+        ));
+        targets.push(target(
+            "Sharded<Gcra> / MutexTokenBucket (std), 2 threads (throughput), both coarse clocks",
+            ratio(sc, find(v, "MutexTokenBucket (std) + CoarseClock")),
             None,
             Some(15.0),
         ));

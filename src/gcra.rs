@@ -112,8 +112,13 @@ impl<C: Clock> Gcra<C> {
     /// keep one word per key and share the rest).
     #[inline]
     pub(crate) fn run_on(&self, cell: &StateCell, n: u32) -> Decision {
-        let now = self.params.units(self.clock.now());
-        cell.update(self.step(now, n))
+        cell.update(self.step(self.reading(), n))
+    }
+
+    /// The clock reading in the units [`Gcra::step`] takes.
+    #[inline]
+    pub(crate) fn reading(&self) -> u64 {
+        self.params.units(self.clock.now())
     }
 
     /// A fresh state word, full at the clock's current reading.
@@ -125,7 +130,7 @@ impl<C: Clock> Gcra<C> {
     /// on a stale (earlier, smaller) TAT stands for any later value too, since admissions only move
     /// the TAT forward; so keeping the word is final.
     #[inline]
-    fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Decision> + '_ {
+    pub(crate) fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Decision> + '_ {
         let resolution = self.clock.resolution();
         move |tat| gcra_math::meter(tat, now, n, &self.params, resolution)
     }

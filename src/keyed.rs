@@ -187,6 +187,18 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     /// [`InsufficientCapacity`] if `n` exceeds the key's burst (the key is not added).
     #[inline]
     pub fn check_key_n(&self, key: &K, n: u32) -> Result<Decision, InsufficientCapacity> {
+        if let Some(shared) = &self.shared {
+            // One quota for every key: every entry's limiter is `shared`. Only the transition runs
+            // under the shard lock; the decision is worked out after it is released.
+            InsufficientCapacity::check(n, shared.quota().burst())?;
+            return match self
+                .store
+                .with_existing(key, |e| shared.take_state(&e.state, n))
+            {
+                Some(seen) => Ok(shared.decision_of(seen, n)),
+                None => self.check_new(key, n),
+            };
+        }
         match self.store.with_existing(key, |e| e.check(n)) {
             Some(answer) => answer,
             None => self.check_new(key, n),

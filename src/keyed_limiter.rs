@@ -1,10 +1,20 @@
-use crate::state_cell::StateCell;
+use crate::state_cell::{StateCell, Step};
 use crate::{Clock, Decision, Gcra, RateLimiter, TokenBucket};
 
 /// One key's state in a [`Keyed`](crate::Keyed) limiter: the limiter's 8-byte state word, and
 /// nothing else (the quota and the clock are shared by every key with that quota).
 #[derive(Debug)]
 pub struct KeyState(pub(crate) StateCell);
+
+/// What a check saw: the clock reading it decided at and the state word its final decision was
+/// made on. The decision is a pure function of these two (and `n` and the quota), so it can be
+/// worked out again after the map's lock is released.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    now: u64,
+    word: u64,
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -20,6 +30,18 @@ pub trait KeyedLimiter: RateLimiter + Send + Sync + sealed::Sealed {
     /// This limiter's check, for `n <= burst` tokens, on `state` instead of its own word.
     #[doc(hidden)]
     fn check_state(&self, state: &KeyState, n: u32) -> Decision;
+
+    /// The transition of [`KeyedLimiter::check_state`] alone: takes the tokens if the limiter
+    /// allows, and returns what the decision was made on, without building the decision. Kept
+    /// small so that little is written while a map's shard lock is held (every store pending
+    /// when the lock's release RMW runs must drain first).
+    #[doc(hidden)]
+    fn take_state(&self, state: &KeyState, n: u32) -> Seen;
+
+    /// The decision [`KeyedLimiter::check_state`] would have returned for what
+    /// [`KeyedLimiter::take_state`] saw, with the same `n`.
+    #[doc(hidden)]
+    fn decision_of(&self, seen: Seen, n: u32) -> Decision;
 }
 
 /// Both lock-free limiters keep their state in one `StateCell` and run their step on any cell.
@@ -35,6 +57,28 @@ macro_rules! keyed_limiter {
             #[inline]
             fn check_state(&self, state: &KeyState, n: u32) -> Decision {
                 self.run_on(&state.0, n)
+            }
+
+            #[inline]
+            fn take_state(&self, state: &KeyState, n: u32) -> Seen {
+                let now = self.reading();
+                let step = self.step(now, n);
+                // The same step, answering with the word it decided on instead of the decision:
+                // the CAS loop and its outcome are exactly `check_state`'s.
+                let word = state.0.update(|w| match step(w) {
+                    Step::Store(new, _) => Step::Store(new, w),
+                    Step::Keep(_) => Step::Keep(w),
+                });
+                Seen { now, word }
+            }
+
+            #[inline]
+            fn decision_of(&self, seen: Seen, n: u32) -> Decision {
+                // The step is a pure function of the word and the reading: run on the word the
+                // final decision was made on, it gives that decision again.
+                match self.step(seen.now, n)(seen.word) {
+                    Step::Store(_, d) | Step::Keep(d) => d,
+                }
             }
         }
     };

@@ -64,6 +64,15 @@ extern crate alloc;
 #[cfg(feature = "std")]
 pub mod baseline;
 mod clock;
+#[cfg(all(
+    feature = "std",
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    not(miri),
+    not(atomic_limiter_loom)
+))]
+mod current_cpu;
 mod decision;
 mod fixed_window;
 mod gcra;

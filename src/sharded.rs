@@ -11,9 +11,10 @@ use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, RateLimiter, Tok
 ///
 /// The quota's rate and burst are split into `N` shares that add up exactly to the quota (the
 /// remainders go to the first shards), each kept by its own limiter on its own cache line. A check
-/// goes to the calling thread's home shard (threads are numbered once, round robin); if that shard
-/// refuses, the check tries every other shard once before refusing, so a skewed load (all requests
-/// from one thread) still gets the whole quota. No shard can admit more than its share, so in every
+/// goes to the calling thread's home shard: the CPU it runs on, where Linux publishes that in the
+/// thread's rseq area (as glibc 2.35+ sets up), otherwise a number given to each thread once, round
+/// robin. If that shard refuses, the check tries every other shard once before refusing, so a
+/// skewed load (all requests from one thread) still gets the whole quota. No shard can admit more than its share, so in every
 /// interleaving the total admitted stays within `burst + elapsed × rate / per`.
 ///
 /// # Examples
@@ -124,7 +125,14 @@ impl<L: RateLimiter> Sharded<L> {
     /// Asks for one token.
     #[inline]
     pub fn check(&self) -> Decision {
-        self.check_from(crate::sync::thread_slot(), 1)
+        let home = crate::sync::home_slot() & self.mask;
+        // One token never exceeds a share's burst, so the shard's plain `check` serves (no
+        // `Result` to build and take apart on the hot path).
+        let d = self.shards[home].check();
+        if d.is_allowed() {
+            return d;
+        }
+        self.steal(home, 1, Ok(d), |l, n| l.check_n(n))
     }
 
     /// Asks for `n` tokens, all or nothing; `n = 0` peeks.
@@ -134,7 +142,7 @@ impl<L: RateLimiter> Sharded<L> {
     /// [`InsufficientCapacity`] if `n` exceeds the largest shard's burst.
     #[inline]
     pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        self.check_n_from(crate::sync::thread_slot(), n)
+        self.check_n_from(crate::sync::home_slot(), n)
     }
 
     /// The check with an explicit home shard (taken modulo the shard count), for tests and models.

@@ -76,6 +76,31 @@ pub(crate) fn thread_slot() -> usize {
     })
 }
 
+/// Where the calling thread's sharded checks start: the CPU it runs on, where the kernel publishes
+/// that for the price of a load (see `current_cpu`), otherwise its [`thread_slot`]. Following the
+/// CPU keeps threads that run at the same moment on different shards even when threads outnumber
+/// shards; a thread number alone pairs some of them up on one shard.
+#[cfg(all(feature = "std", not(atomic_limiter_loom)))]
+#[inline]
+pub(crate) fn home_slot() -> usize {
+    #[cfg(all(
+        target_os = "linux",
+        target_env = "gnu",
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        not(miri)
+    ))]
+    if let Some(cpu) = crate::current_cpu::current_cpu() {
+        return cpu;
+    }
+    thread_slot()
+}
+
+/// Under loom, as [`thread_slot`].
+#[cfg(atomic_limiter_loom)]
+pub(crate) fn home_slot() -> usize {
+    0
+}
+
 /// Under loom every thread starts on shard 0 (loom shares thread-locals between its threads, so a
 /// per-thread number would not be per thread): the models exercise stealing, and pass explicit
 /// home shards where they want others.

@@ -130,7 +130,13 @@ impl<C: Clock> TokenBucket<C> {
     /// keep one word per key and share the rest).
     #[inline]
     pub(crate) fn run_on(&self, cell: &StateCell, n: u32) -> Decision {
-        cell.update(self.step(self.clock.now(), n))
+        cell.update(self.step(self.reading(), n))
+    }
+
+    /// The clock reading in the units [`TokenBucket::step`] takes (nanoseconds).
+    #[inline]
+    pub(crate) fn reading(&self) -> u64 {
+        self.clock.now()
     }
 
     /// A fresh state word, full at the clock's current reading.
@@ -142,7 +148,7 @@ impl<C: Clock> TokenBucket<C> {
     /// stale word stands for any later word too: later words hold no more tokens at any given
     /// time (admissions only take, refills are capped the same way).
     #[inline]
-    fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Decision> + '_ {
+    pub(crate) fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Decision> + '_ {
         let resolution = self.clock.resolution();
         move |word| match token_bucket_math::decide(word, now, n, &self.params) {
             Outcome::Deny { figures } => {

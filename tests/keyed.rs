@@ -1,9 +1,14 @@
 //! Keyed limiters: bounded memory under floods, eviction that never over-admits, racing inserts.
 
-use atomic_limiter::{Clock, Keyed, ManualClock, Quota};
+use atomic_limiter::{
+    Clock, Decision, Gcra, InsufficientCapacity, Keyed, ManualClock, Quota, RateLimiter,
+    TokenBucket,
+};
+use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::Barrier;
 use std::thread;
+use std::time::Duration;
 
 /// 10 million distinct keys, the clock moving 1 µs per request (buckets fill again 1 ms after
 /// their last use), through a map capped at 100 000: it never holds more, and keeps admitting.
@@ -103,4 +108,73 @@ fn shrink_frees_full_buckets_only() {
     assert!(keyed.check_key(&0).is_allowed()); // key 0 drained again
     assert_eq!(keyed.shrink(), 499);
     assert_eq!(keyed.len(), 1);
+}
+
+/// What a check answered, in full.
+type Figures = Option<(bool, u64, Duration, Duration)>;
+
+fn figures(r: Result<Decision, InsufficientCapacity>) -> Figures {
+    r.ok().map(|d| {
+        (
+            d.is_allowed(),
+            d.remaining(),
+            d.retry_after(),
+            d.reset_after(),
+        )
+    })
+}
+
+/// Runs `ops` (key, tokens, then advance the clock) on a keyed limiter and on one standalone
+/// limiter per key, all on `clock`; every answer must be the same, figures included.
+fn same_as_one_limiter_per_key<L: RateLimiter>(
+    ops: &[(u8, u32, u64)],
+    clock: &ManualClock,
+    keyed: impl Fn(&u8, u32) -> Result<Decision, InsufficientCapacity>,
+    fresh: impl Fn() -> L,
+) -> Result<(), TestCaseError> {
+    let mut alone: HashMap<u8, L> = HashMap::new();
+    for (i, &(key, n, advance)) in ops.iter().enumerate() {
+        let got = figures(keyed(&key, n));
+        let want = figures(alone.entry(key).or_insert_with(&fresh).check_n(n));
+        prop_assert_eq!(got, want, "op {} (key {}, n {})", i, key, n);
+        clock.advance(Duration::from_nanos(advance));
+    }
+    Ok(())
+}
+
+fn keyed_ops() -> impl Strategy<Value = Vec<(u8, u32, u64)>> {
+    // Four keys; 0 to 5 tokens against a burst of 4 (so some requests are too big); up to 0.4 s
+    // between checks at 10/s (so buckets drain, refill and fill up).
+    proptest::collection::vec((0u8..4, 0u32..6, 0u64..400_000_000), 1..200)
+}
+
+proptest! {
+    /// The keyed check works its decision out after the map's lock is released, from what the
+    /// transition saw (a shared quota), or under the lock (a quota function): both must answer
+    /// exactly what one standalone limiter per key answers.
+    #[test]
+    fn keyed_answers_are_those_of_one_limiter_per_key(ops in keyed_ops()) {
+        let q = Quota::per_second(10).with_burst(4);
+        let clock = ManualClock::new();
+        let shared = Keyed::gcra_with_clock(q, 100, clock.clone());
+        let c = clock.clone();
+        same_as_one_limiter_per_key(&ops, &clock, |k, n| shared.check_key_n(k, n), || {
+            Gcra::with_clock(q, c.clone())
+        })?;
+
+        let clock = ManualClock::new();
+        let shared = Keyed::token_bucket_with_clock(q, 100, clock.clone());
+        let c = clock.clone();
+        same_as_one_limiter_per_key(&ops, &clock, |k, n| shared.check_key_n(k, n), || {
+            TokenBucket::with_clock(q, c.clone())
+        })?;
+
+        let clock = ManualClock::new();
+        let c = clock.clone();
+        let by_fn = Keyed::with_quota_fn(100, move |_: &u8| q, move |q| Gcra::with_clock(q, c.clone()));
+        let c = clock.clone();
+        same_as_one_limiter_per_key(&ops, &clock, |k, n| by_fn.check_key_n(k, n), || {
+            Gcra::with_clock(q, c.clone())
+        })?;
+    }
 }
