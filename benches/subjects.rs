@@ -6,13 +6,6 @@
 
 use atomic_limiter::baseline::{BaselineLock, MutexGcra, MutexTokenBucket, TextbookBucket};
 use atomic_limiter::{CoarseClock, Gcra, QuantaClock, Quota, RateLimiter, Sharded, TokenBucket};
-
-/// The shard count `Sharded::gcra` picks: the available parallelism, rounded up to a power of two.
-fn default_shards() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .next_power_of_two()
-}
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -263,7 +256,7 @@ pub fn allow_subjects() -> Vec<Subject> {
         allow_loop(
             "Sharded<Gcra> + CoarseClock",
             Kind::Ours,
-            Sharded::gcra_with_clock(q, default_shards(), coarse()),
+            Sharded::gcra_with_clock(q, Sharded::<Gcra>::default_shard_count(), coarse()),
         ),
         allow_loop(
             "FixedWindow",

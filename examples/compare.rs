@@ -650,80 +650,66 @@ fn main() {
         }
         let one = single(&subjects, reps, sample);
         let two = contended(&subjects, 2, reps.min(7), sample * 3);
-        targets.push(target(
-            &format!("Keyed / governor keyed, {keys} key(s), time per check"),
-            ratio(
-                find(&one, "Keyed<u64, Gcra>"),
-                find(&one, "governor keyed check_key"),
+        // On the default clocks, then both on a coarse clock (quanta's "recent" time, one load).
+        for (ours, gov, clocks) in [
+            ("Keyed<u64, Gcra>", "governor keyed check_key", ""),
+            (
+                "Keyed<u64, Gcra> + CoarseClock",
+                "governor keyed check_key + coarse clock",
+                ", both coarse clocks",
             ),
-            Some(0.5),
-            None,
-        ));
-        targets.push(target(
-            &format!(
-                "Keyed / governor keyed, {keys} key(s), 2 threads on distinct keys (throughput)"
-            ),
-            ratio(
-                find(&two, "Keyed<u64, Gcra>"),
-                find(&two, "governor keyed check_key"),
-            ),
-            None,
-            Some(3.0),
-        ));
-        // The same two, both on a coarse clock (quanta's "recent" time, one load).
-        targets.push(target(
-            &format!("Keyed / governor keyed, {keys} key(s), time per check, both coarse clocks"),
-            ratio(
-                find(&one, "Keyed<u64, Gcra> + CoarseClock"),
-                find(&one, "governor keyed check_key + coarse clock"),
-            ),
-            Some(0.5),
-            None,
-        ));
-        targets.push(target(
-            &format!(
-                "Keyed / governor keyed, {keys} key(s), 2 threads on distinct keys (throughput), \
-                 both coarse clocks"
-            ),
-            ratio(
-                find(&two, "Keyed<u64, Gcra> + CoarseClock"),
-                find(&two, "governor keyed check_key + coarse clock"),
-            ),
-            None,
-            Some(3.0),
-        ));
+        ] {
+            targets.push(target(
+                &format!("Keyed / governor keyed, {keys} key(s), time per check{clocks}"),
+                ratio(find(&one, ours), find(&one, gov)),
+                Some(0.5),
+                None,
+            ));
+            targets.push(target(
+                &format!(
+                    "Keyed / governor keyed, {keys} key(s), 2 threads on distinct keys \
+                     (throughput){clocks}"
+                ),
+                ratio(find(&two, ours), find(&two, gov)),
+                None,
+                Some(3.0),
+            ));
+        }
         keyed_rows.push((keys, one, two));
     }
     // The sharded limiter at 2 threads: the issue's targets.
     if let Some((_, v)) = contended_rows.iter().find(|(t, _)| *t == 2) {
-        let s = find(v, "Sharded<Gcra>");
-        targets.push(target(
-            "Sharded<Gcra> / governor check, 2 threads (throughput)",
-            ratio(s, find(v, "governor check")),
-            None,
-            Some(4.0),
-        ));
-        targets.push(target(
-            "Sharded<Gcra> / MutexTokenBucket (std), 2 threads (throughput)",
-            ratio(s, find(v, "MutexTokenBucket (std)")),
-            None,
-            Some(15.0),
-        ));
-        // The same two with every limiter on a coarse clock: the shards then cost little more
-        // than their CAS, while one shared word's cost is its cache line moving between cores.
-        let sc = find(v, "Sharded<Gcra> + CoarseClock");
-        targets.push(target(
-            "Sharded<Gcra> / governor check, 2 threads (throughput), both coarse clocks",
-            ratio(sc, find(v, "governor check + coarse clock")),
-            None,
-            Some(4.0),
-        ));
-        targets.push(target(
-            "Sharded<Gcra> / MutexTokenBucket (std), 2 threads (throughput), both coarse clocks",
-            ratio(sc, find(v, "MutexTokenBucket (std) + CoarseClock")),
-            None,
-            Some(15.0),
-        ));
+        // On the default clocks, then every limiter on a coarse clock: the shards then cost
+        // little more than their CAS, while one shared word's cost is its cache line moving
+        // between cores.
+        for (ours, gov, mutex, clocks) in [
+            (
+                "Sharded<Gcra>",
+                "governor check",
+                "MutexTokenBucket (std)",
+                "",
+            ),
+            (
+                "Sharded<Gcra> + CoarseClock",
+                "governor check + coarse clock",
+                "MutexTokenBucket (std) + CoarseClock",
+                ", both coarse clocks",
+            ),
+        ] {
+            let s = find(v, ours);
+            targets.push(target(
+                &format!("Sharded<Gcra> / governor check, 2 threads (throughput){clocks}"),
+                ratio(s, find(v, gov)),
+                None,
+                Some(4.0),
+            ));
+            targets.push(target(
+                &format!("Sharded<Gcra> / MutexTokenBucket (std), 2 threads (throughput){clocks}"),
+                ratio(s, find(v, mutex)),
+                None,
+                Some(15.0),
+            ));
+        }
     }
     let contended_ratios: Vec<(usize, f64, f64)> = contended_rows
         .iter()

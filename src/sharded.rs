@@ -14,8 +14,9 @@ use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, RateLimiter, Tok
 /// goes to the calling thread's home shard: the CPU it runs on, where Linux publishes that in the
 /// thread's rseq area (as glibc 2.35+ sets up), otherwise a number given to each thread once, round
 /// robin. If that shard refuses, the check tries every other shard once before refusing, so a
-/// skewed load (all requests from one thread) still gets the whole quota. No shard can admit more than its share, so in every
-/// interleaving the total admitted stays within `burst + elapsed × rate / per`.
+/// skewed load (all requests from one thread) still gets the whole quota. No shard can admit more
+/// than its share, so in every interleaving the total admitted stays within
+/// `burst + elapsed × rate / per`.
 ///
 /// # Examples
 ///
@@ -110,6 +111,12 @@ impl<L: RateLimiter> Sharded<L> {
             quota,
             max_request,
         }
+    }
+
+    /// The shard count the default constructors ask for: the available parallelism, rounded up to
+    /// a power of two (fewer are made when the quota cannot be split that far).
+    pub fn default_shard_count() -> usize {
+        default_shards()
     }
 
     /// How many shards the quota was split into.
