@@ -135,6 +135,16 @@ impl<C: Clock> Gcra<C> {
         move |tat| gcra_math::meter(tat, now, n, &self.params, resolution)
     }
 
+    /// Gives back `n` tokens taken moments ago and never used (a gather across shards that failed
+    /// half-way): the TAT moves back by their cost, never behind now, so never past full.
+    pub(crate) fn give_back(&self, n: u32) {
+        let now = self.reading();
+        self.tat.update(gcra_math::refund_step(
+            now,
+            u64::from(n) * self.params.token,
+        ));
+    }
+
     /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.
     #[cfg(atomic_limiter_loom)]
     #[doc(hidden)]

@@ -201,6 +201,16 @@ pub(crate) const fn reserve(
     }
 }
 
+/// [`refund`] as a `StateCell` step.
+#[inline]
+pub(crate) fn refund_step(now: u64, cost: u64) -> impl Fn(u64) -> crate::state_cell::Step<()> {
+    use crate::state_cell::Step;
+    move |tat| match refund(tat, now, cost) {
+        Some(new) => Step::Store(new, ()),
+        None => Step::Keep(()),
+    }
+}
+
 /// Gives back `cost` units of a reservation that was never used: the TAT moves back by `cost`, but
 /// never behind `now` (a full limiter cannot be fuller). `None` when there is nothing to give back.
 #[inline]

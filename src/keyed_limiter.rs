@@ -42,6 +42,11 @@ pub trait KeyedLimiter: RateLimiter + Send + Sync + sealed::Sealed {
     /// [`KeyedLimiter::take_state`] saw, with the same `n`.
     #[doc(hidden)]
     fn decision_of(&self, seen: Seen, n: u32) -> Decision;
+
+    /// Gives back to the limiter's own state `n` tokens it admitted moments ago that were never
+    /// used, never past full ([`Sharded`](crate::Sharded)'s gather, undone half-way).
+    #[doc(hidden)]
+    fn give_back(&self, n: u32);
 }
 
 /// Both lock-free limiters keep their state in one `StateCell` and run their step on any cell.
@@ -70,6 +75,10 @@ macro_rules! keyed_limiter {
                     Step::Keep(_) => Step::Keep(w),
                 });
                 Seen { now, word }
+            }
+
+            fn give_back(&self, n: u32) {
+                $limiter::give_back(self, n)
             }
 
             #[inline]

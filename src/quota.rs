@@ -34,11 +34,36 @@ const NANOS_PER_SECOND: u64 = 1_000_000_000;
 ///
 /// # Limits
 ///
-/// Rates up to one token per nanosecond (10^9/s) and periods up to `u64::MAX` ns (584 years) are
-/// accepted, bursts up to [`Quota::MAX_BURST`], with two further conditions that keep every limiter
-/// exact: the period in lowest terms has a denominator of at most [`Quota::MAX_DENOMINATOR`]
-/// (`per_second(7_000_000)` is `1000/7` ns: fine; `per_second(999)` is `1_000_000/999` ns:
-/// rejected), and `burst × period` fits [`Quota::MAX_WINDOW`]. See `docs/design.md`.
+/// Rates up to one token per nanosecond (10^9/s), periods up to `u64::MAX` ns (584 years) and
+/// bursts up to [`Quota::MAX_BURST`] are accepted, as long as `burst × period` fits
+/// [`Quota::MAX_WINDOW`]. Every rate in that range constructs: `per_second(n)` for any
+/// `1 <= n <= 10^9`, and likewise per minute and per hour.
+///
+/// # Exact and rounded periods
+///
+/// The limiters keep time in units of `1/denominator` ns with a denominator of at most
+/// [`Quota::MAX_DENOMINATOR`] (128), which keeps GCRA's idle horizon above a year. A period whose
+/// lowest terms fit (`per_second(3)`: `10^9/3` ns; `per_second(7_000_000)`: `1000/7` ns) is kept
+/// exactly ([`Quota::is_exact`]). Any other (`per_second(999)`: `10^6/999` ns) is rounded **up**
+/// to the next multiple of 1/128 ns, so the limiter admits never more than asked and at most
+/// `1/(128 × period in ns)` less:
+///
+/// | period (rate per second) | worst relative shortfall of a rounded quota |
+/// |---|---|
+/// | >= 1 ms (up to 1 000/s) | < 7.9 × 10^-9 |
+/// | >= 1 µs (up to 10^6/s) | < 7.9 × 10^-6 |
+/// | >= 100 ns (up to 10^7/s) | < 7.9 × 10^-5 |
+/// | >= 1 ns (up to 10^9/s) | < 0.79 % |
+///
+/// ```
+/// use atomic_limiter::Quota;
+///
+/// let from_config = Quota::per_second(999);
+/// assert!(!from_config.is_exact());
+/// // 1_001_001.001 ns asked; 1_001_001 + 1/128 ns kept: never faster than asked.
+/// assert_eq!(from_config.period_fraction(), (128_128_129, 128));
+/// assert!(Quota::per_second(3).is_exact());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     rate: u64,
@@ -48,6 +73,8 @@ pub struct Quota {
     token: u64,
     /// Denominator of the reduced period: time is kept in units of `1 / scale` ns.
     scale: u64,
+    /// Whether `token / scale` is exactly `per_ns / rate` (else it is rounded up).
+    exact: bool,
 }
 
 const fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -63,7 +90,8 @@ impl Quota {
     /// The largest burst: `2^21 - 1` tokens (the token bucket's packed word holds 21 integer bits).
     pub const MAX_BURST: u32 = (1 << 21) - 1;
 
-    /// The largest denominator of the period, in nanoseconds and in lowest terms.
+    /// The largest denominator of the period kept, in nanoseconds and in lowest terms; a period
+    /// that needs a larger one is rounded up to a multiple of `1 / MAX_DENOMINATOR` ns.
     ///
     /// GCRA keeps time in units of `1 / denominator` ns in a wrapping `u64`; with
     /// [`Quota::MAX_WINDOW`] this bound keeps its idle and backwards-step horizon,
@@ -106,13 +134,19 @@ impl Quota {
             return Err(QuotaError::BurstTooLarge { burst });
         }
         let g = gcd(per_ns, rate);
-        let token = per_ns / g;
-        let scale = rate / g;
+        let (mut token, mut scale) = (per_ns / g, rate / g);
         if token < scale {
             return Err(QuotaError::RateTooHigh);
         }
-        if scale > Self::MAX_DENOMINATOR {
-            return Err(QuotaError::InexactPeriod { denominator: scale });
+        let exact = scale <= Self::MAX_DENOMINATOR;
+        if !exact {
+            // Round the period up to the next multiple of 1/MAX_DENOMINATOR ns: never faster than
+            // asked. rate > MAX_DENOMINATOR here, so the quotient is below per_ns: it fits.
+            let d = Self::MAX_DENOMINATOR;
+            let units = (per_ns as u128 * d as u128).div_ceil(rate as u128) as u64;
+            let g = gcd(units, d);
+            token = units / g;
+            scale = d / g;
         }
         match token.checked_mul(burst as u64) {
             Some(w) if w <= Self::MAX_WINDOW => {}
@@ -124,6 +158,7 @@ impl Quota {
             burst,
             token,
             scale,
+            exact,
         })
     }
 
@@ -238,14 +273,23 @@ impl Quota {
     }
 
     /// The time one token takes to return, rounded down to whole nanoseconds for display; the
-    /// limiters use the exact fraction [`Quota::period_fraction`].
+    /// limiters use the fraction [`Quota::period_fraction`].
     pub const fn period(&self) -> Duration {
         Duration::from_nanos(self.token / self.scale)
     }
 
-    /// The period as an exact fraction of nanoseconds, `(numerator, denominator)` in lowest terms.
+    /// The period the limiters keep, as a fraction of nanoseconds `(numerator, denominator)` in
+    /// lowest terms: exactly `per / rate` when [`Quota::is_exact`], else that rounded up to a
+    /// multiple of `1 / MAX_DENOMINATOR` ns.
     pub const fn period_fraction(&self) -> (u64, u64) {
         (self.token, self.scale)
+    }
+
+    /// Whether the limiters keep the period exactly as `per / rate`. When not, it is rounded up
+    /// by less than `1 / MAX_DENOMINATOR` ns (see the type's docs): the limiter admits slightly
+    /// less than asked, never more.
+    pub const fn is_exact(&self) -> bool {
+        self.exact
     }
 
     /// The time a drained limiter takes to fill up again, rounded up to whole nanoseconds.
@@ -294,10 +338,6 @@ mod tests {
             Quota::try_new(1, Duration::MAX, 1),
             Err(QuotaError::PeriodTooLong)
         );
-        assert_eq!(
-            Quota::try_new(999, s, 1),
-            Err(QuotaError::InexactPeriod { denominator: 999 })
-        );
         let century = Duration::from_secs(100 * 365 * 86_400);
         assert!(Quota::try_new(1, century, 1).is_ok());
         assert_eq!(
@@ -322,7 +362,20 @@ mod tests {
 
     #[test]
     fn errors_display() {
-        let e = Quota::try_new(999, Duration::from_secs(1), 1).unwrap_err();
-        assert!(e.to_string().contains("1/999"));
+        let e = Quota::try_new(1, Duration::from_secs(1), 1 << 21).unwrap_err();
+        assert!(e.to_string().contains("2097152"));
+    }
+
+    #[test]
+    fn inexact_periods_round_up_to_the_resolution() {
+        let q = Quota::per_second(999);
+        assert!(!q.is_exact());
+        let (t, s) = q.period_fraction();
+        assert_eq!(s, 128);
+        // t/128 >= 10^9/999 > (t - 1)/128.
+        assert!(u128::from(t) * 999 >= 128 * 1_000_000_000);
+        assert!(u128::from(t - 1) * 999 < 128 * 1_000_000_000);
+        assert!(Quota::per_second(7_000_000).is_exact());
+        assert!(Quota::per_second(1_000_000_000).is_exact());
     }
 }

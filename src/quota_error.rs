@@ -23,14 +23,6 @@ pub enum QuotaError {
     RateTooHigh,
     /// `per` does not fit in `u64` nanoseconds (about 584 years).
     PeriodTooLong,
-    /// `per / rate`, in nanoseconds and in lowest terms, has a denominator above
-    /// [`Quota::MAX_DENOMINATOR`](crate::Quota::MAX_DENOMINATOR), so GCRA cannot keep it exactly
-    /// with a long enough idle horizon. Pick a rate whose period is a multiple of
-    /// `1/MAX_DENOMINATOR` ns (for example 1000/s instead of 999/s).
-    InexactPeriod {
-        /// The denominator of the reduced period.
-        denominator: u64,
-    },
     /// `burst × period` (the time a drained limiter takes to fill) is longer than
     /// [`Quota::MAX_WINDOW`](crate::Quota::MAX_WINDOW) allows at this rate's resolution.
     WindowTooLong,
@@ -51,9 +43,6 @@ impl QuotaError {
             QuotaError::BurstTooLarge { .. } => "quota burst exceeds Quota::MAX_BURST (2^21 - 1)",
             QuotaError::RateTooHigh => "quota rate exceeds one token per nanosecond",
             QuotaError::PeriodTooLong => "quota period does not fit in u64 nanoseconds",
-            QuotaError::InexactPeriod { .. } => {
-                "quota period (per / rate, in ns) has a denominator above Quota::MAX_DENOMINATOR (128); pick a rate that divides the interval more evenly"
-            }
             QuotaError::WindowTooLong => {
                 "quota burst x period is too long to represent (see Quota::MAX_WINDOW)"
             }
@@ -69,9 +58,6 @@ impl fmt::Display for QuotaError {
         match self {
             QuotaError::BurstTooLarge { burst } => write!(f, "{} (got {burst})", self.as_str()),
             QuotaError::LimitTooLarge { limit } => write!(f, "{} (got {limit})", self.as_str()),
-            QuotaError::InexactPeriod { denominator } => {
-                write!(f, "{} (got 1/{denominator} ns)", self.as_str())
-            }
             _ => f.write_str(self.as_str()),
         }
     }

@@ -4,6 +4,7 @@ use alloc::vec::Vec;
 use crossbeam_utils::CachePadded;
 
 use crate::decision::Detail;
+use crate::keyed_limiter::KeyedLimiter;
 use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, RateLimiter, TokenBucket};
 
 /// One logical quota kept in per-core shards, so that threads on different cores do not bounce one
@@ -37,25 +38,36 @@ use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, RateLimiter, Tok
 ///
 /// * An admission answers with its shard's figures: `remaining` is what is left *in that shard*
 ///   (a lower bound on the whole), `reset_after` when that shard is full again.
-/// * A refusal has asked every shard: `remaining` is the sum over shards (tokens can be there but
-///   scattered, fewer than `n` in each), `retry_after` the soonest any shard can serve the request
-///   (waiting it passes: the check steals from that shard), `reset_after` when the last shard is
-///   full.
+/// * A request served by several shards (see below) answers with `remaining` summed over the
+///   shards as it saw them and `reset_after` of the last shard to be full again.
+/// * A refusal has asked every shard: `remaining` is the sum over shards, `retry_after` a wait
+///   after which the request passes if nobody else takes tokens meanwhile (the soonest any one
+///   shard can serve it, or the soonest the shards together hold it, whichever is first; for the
+///   latter up to one period more than the shortest), `reset_after` when the last shard is full.
+///
+/// # Requests larger than a share
+///
+/// Any request up to the quota's burst can pass. When no single shard holds `n` tokens but the
+/// shards together do, the check *gathers*: it takes what each shard has, in turn, until it has
+/// `n`; if another thread empties a shard in between and the whole cannot be had, it gives back
+/// what it took (never past full) and refuses. A gathered request is therefore not atomic across
+/// shards: while it gathers, other requests may be refused by the shards it is draining (never
+/// over-admitted). Gathering is the cold path; requests that fit one share never take it unless
+/// the tokens are scattered.
 ///
 /// # Limits
 ///
-/// A single request can take at most one shard's burst (the largest share, about `burst / N`):
-/// tokens in different shards are not taken atomically together. The shard count is rounded down
-/// to a power of two, at most the rate and the burst, and halved until every share is a valid
-/// [`Quota`] (shares of a fractional period can break `Quota::MAX_DENOMINATOR`); one shard is
-/// always possible.
+/// The shard count is rounded down to a power of two, at most the rate and the burst, and halved
+/// until every share is a valid [`Quota`]; one shard is always possible. A share's period is its
+/// own rounding of `per / rate_i` (see [`Quota::is_exact`]), never shorter, so the shards together
+/// never admit more than the quota.
 #[derive(Debug)]
 pub struct Sharded<L> {
     shards: Box<[CachePadded<L>]>,
     mask: usize,
     quota: Quota,
-    /// The largest share's burst: the most one request can take.
-    max_request: u32,
+    /// The largest share's burst: the most one shard can serve alone.
+    max_share: u32,
 }
 
 /// Shares of `total` over `n`: the first `total % n` get one more.
@@ -96,7 +108,7 @@ pub(crate) fn default_shards() -> usize {
         .next_power_of_two()
 }
 
-impl<L: RateLimiter> Sharded<L> {
+impl<L: KeyedLimiter> Sharded<L> {
     /// `quota` split over (up to) `shards` shards, each limiter made by `make` from its share.
     pub fn new(quota: Quota, shards: usize, make: impl FnMut(Quota) -> L) -> Sharded<L> {
         let shards: Box<[CachePadded<L>]> = split(&quota, shards)
@@ -104,12 +116,12 @@ impl<L: RateLimiter> Sharded<L> {
             .map(make)
             .map(CachePadded::new)
             .collect();
-        let max_request = shards.iter().map(|s| s.quota().burst()).max().unwrap_or(1);
+        let max_share = shards.iter().map(|s| s.quota().burst()).max().unwrap_or(1);
         Sharded {
             mask: shards.len() - 1,
             shards,
             quota,
-            max_request,
+            max_share,
         }
     }
 
@@ -139,14 +151,15 @@ impl<L: RateLimiter> Sharded<L> {
         if d.is_allowed() {
             return d;
         }
-        self.steal(home, 1, Ok(d), |l, n| l.check_n(n))
+        self.slow(home, 1, Some(d), |l, n| l.check_n(n))
     }
 
-    /// Asks for `n` tokens, all or nothing; `n = 0` peeks.
+    /// Asks for `n` tokens, all or nothing; `n = 0` peeks. Up to the quota's burst, gathered from
+    /// several shards when no one shard holds them (see the type's docs).
     ///
     /// # Errors
     ///
-    /// [`InsufficientCapacity`] if `n` exceeds the largest shard's burst.
+    /// [`InsufficientCapacity`] if `n` exceeds the quota's burst.
     #[inline]
     pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
         self.check_n_from(crate::sync::home_slot(), n)
@@ -156,66 +169,118 @@ impl<L: RateLimiter> Sharded<L> {
     #[doc(hidden)]
     #[inline]
     pub fn check_n_from(&self, home: usize, n: u32) -> Result<Decision, InsufficientCapacity> {
-        InsufficientCapacity::check(n, self.max_request)?;
-        Ok(self.check_from(home, n))
-    }
-
-    /// The home shard first; on a refusal, the others (cold). `n <= max_request`.
-    #[inline]
-    fn check_from(&self, home: usize, n: u32) -> Decision {
+        InsufficientCapacity::check(n, self.quota.burst())?;
         let home = home & self.mask;
+        if n > self.max_share {
+            return Ok(self.slow(home, n, None, |l, n| l.check_n(n)));
+        }
         match self.shards[home].check_n(n) {
-            Ok(d) if d.is_allowed() => d,
-            local => self.steal(home, n, local, |l, n| l.check_n(n)),
+            Ok(d) if d.is_allowed() => Ok(d),
+            local => Ok(self.slow(home, n, local.ok(), |l, n| l.check_n(n))),
         }
     }
 
-    /// Tries every other shard once, in order from the home shard; if all refuse, a refusal whose
-    /// figures cover all of them.
+    /// The cold path: every other shard once for the whole request, then a gather over all of
+    /// them; if both fail, a refusal whose figures cover every shard. `local` is the home shard's
+    /// refusal, when it was asked.
     #[cold]
     #[inline(never)]
-    fn steal(
+    fn slow(
         &self,
         home: usize,
         n: u32,
-        local: Result<Decision, InsufficientCapacity>,
+        local: Option<Decision>,
         check: impl Fn(&L, u32) -> Result<Decision, InsufficientCapacity>,
     ) -> Decision {
-        let mut remaining = 0u64;
-        let mut retry = u64::MAX;
-        let mut reset = 0u64;
-        // A share too small for this request (an error) never serves it; its tokens are not
-        // counted either, since the caller could not have them.
-        let mut fold = |d: &Result<Decision, InsufficientCapacity>| {
-            if let Ok(d) = d {
-                remaining += d.remaining();
-                retry = retry.min(duration_ns(d.retry_after()));
-                reset = reset.max(duration_ns(d.reset_after()));
-            }
-        };
-        fold(&local);
-        for k in 1..self.shards.len() {
+        let count = self.shards.len();
+        let mut seen = Seen::default();
+        for k in 0..count {
             let i = (home + k) & self.mask;
-            let d = check(&self.shards[i], n);
-            if let Ok(d) = d {
-                if d.is_allowed() {
-                    return d;
-                }
+            let shard = &self.shards[i];
+            let d = match (k, local) {
+                (0, Some(d)) => Some(d),
+                // A share too small for the whole request is only peeked, for the gather.
+                _ => match check(shard, n) {
+                    Ok(d) if d.is_allowed() => return d,
+                    Ok(d) => Some(d),
+                    Err(_) => peek(&**shard),
+                },
+            };
+            if let Some(d) = d {
+                seen.fold(&d, shard.quota(), n);
             }
-            fold(&d);
         }
-        Decision::new(
-            false,
-            1, // the shards' figures are already rounded to their clock
-            Detail::Eager {
-                remaining,
-                retry_ns: retry,
-                reset_ns: reset,
-            },
-        )
+        if n > 0 && seen.remaining >= u64::from(n) {
+            if let Some(d) = self.gather(home, n, &check) {
+                return d;
+            }
+        }
+        seen.refusal(n)
     }
 
-    /// For the loom models' teeth: the same check, with `broken` in place of the victim shards'
+    /// Takes `n` tokens from several shards, from the home shard on; gives back what it took and
+    /// answers `None` if the shards no longer hold them together.
+    fn gather(
+        &self,
+        home: usize,
+        n: u32,
+        check: &impl Fn(&L, u32) -> Result<Decision, InsufficientCapacity>,
+    ) -> Option<Decision> {
+        let count = self.shards.len();
+        // What was taken from each shard, to give back on failure: on the stack for up to 64
+        // shards (this is the cold path; only wider machines allocate here).
+        let mut small = [0u32; 64];
+        let mut large = Vec::new();
+        let taken: &mut [u32] = if count <= small.len() {
+            &mut small[..count]
+        } else {
+            large.resize(count, 0);
+            &mut large
+        };
+        let mut need = n;
+        let (mut remaining, mut reset) = (0u64, 0u64);
+        for k in 0..count {
+            let i = (home + k) & self.mask;
+            let shard = &self.shards[i];
+            let have = peek(&**shard).map_or(0, |d| d.remaining());
+            let have = u32::try_from(have).unwrap_or(u32::MAX);
+            let take = have.min(need);
+            let d = match check(shard, take) {
+                Ok(d) if d.is_allowed() => {
+                    if take > 0 {
+                        taken[i] = take;
+                        need -= take;
+                    }
+                    d
+                }
+                // Emptied by another thread since the peek: move on to the next shard.
+                Ok(d) => d,
+                Err(_) => continue,
+            };
+            remaining += d.remaining();
+            reset = reset.max(duration_ns(d.reset_after()));
+            if need == 0 {
+                // The shards after this one were not looked at: their tokens are not counted.
+                return Some(Decision::new(
+                    true,
+                    1, // the shards' figures are already rounded to their clock
+                    Detail::Eager {
+                        remaining,
+                        retry_ns: 0,
+                        reset_ns: reset,
+                    },
+                ));
+            }
+        }
+        for (shard, &took) in self.shards.iter().zip(taken.iter()) {
+            if took > 0 {
+                shard.give_back(took);
+            }
+        }
+        None
+    }
+
+    /// For the loom models' teeth: the same check, with `broken` in place of the other shards'
     /// `check_n` (a racy variant that loom must catch).
     #[cfg(atomic_limiter_loom)]
     #[doc(hidden)]
@@ -228,8 +293,119 @@ impl<L: RateLimiter> Sharded<L> {
         let home = home & self.mask;
         match self.shards[home].check_n(n) {
             Ok(d) if d.is_allowed() => d,
-            local => self.steal(home, n, local, |l, n| Ok(broken(l, n))),
+            local => self.slow(home, n, local.ok(), |l, n| Ok(broken(l, n))),
         }
+    }
+}
+
+/// A shard's figures without taking anything (zero tokens never exceed a burst: always `Some`).
+fn peek<L: RateLimiter>(shard: &L) -> Option<Decision> {
+    shard.check_n(0).ok()
+}
+
+/// What the cold path saw of every shard, for a refusal's figures.
+#[derive(Default)]
+struct Seen {
+    /// Whole tokens over all shards.
+    remaining: u64,
+    /// The soonest any one shard can serve the whole request, in ns.
+    soonest_single: Option<u64>,
+    /// When the last shard is full again, in ns.
+    reset: u64,
+    /// Per shard, what the gather's wait is worked out from.
+    shards: ShardCurve,
+}
+
+impl Seen {
+    fn fold(&mut self, d: &Decision, quota: &Quota, n: u32) {
+        self.remaining += d.remaining();
+        let reset = duration_ns(d.reset_after());
+        self.reset = self.reset.max(reset);
+        if n <= quota.burst() {
+            let retry = duration_ns(d.retry_after());
+            self.soonest_single = Some(self.soonest_single.map_or(retry, |s| s.min(retry)));
+        }
+        self.shards.add(quota, reset);
+    }
+
+    fn refusal(&self, n: u32) -> Decision {
+        let together = self.shards.first_holding(u64::from(n), self.reset);
+        let retry = self.soonest_single.map_or(together, |s| s.min(together));
+        Decision::new(
+            false,
+            1, // the shards' figures are already rounded to their clock
+            Detail::Eager {
+                remaining: self.remaining,
+                retry_ns: retry.max(1),
+                reset_ns: self.reset,
+            },
+        )
+    }
+}
+
+/// Lower bounds on the tokens each shard holds `t` ns from now, from its burst, its reset and its
+/// period: `burst - ceil((reset - t) / period) - 1` before its reset (the extra token covers a
+/// token bucket trailing the exact count), `burst` from then on.
+struct ShardCurve {
+    /// (burst, reset ns, period ns rounded down, at least 1) per shard; at most 64 kept inline.
+    inline: [(u64, u64, u64); 64],
+    len: usize,
+    spill: Vec<(u64, u64, u64)>,
+}
+
+impl Default for ShardCurve {
+    fn default() -> ShardCurve {
+        ShardCurve {
+            inline: [(0, 0, 1); 64],
+            len: 0,
+            spill: Vec::new(),
+        }
+    }
+}
+
+impl ShardCurve {
+    fn add(&mut self, quota: &Quota, reset: u64) {
+        let period = u64::try_from(quota.period().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let entry = (u64::from(quota.burst()), reset, period);
+        if self.len < self.inline.len() {
+            self.inline[self.len] = entry;
+            self.len += 1;
+        } else {
+            self.spill.push(entry);
+        }
+    }
+
+    fn held_at(&self, t: u64) -> u64 {
+        self.inline[..self.len]
+            .iter()
+            .chain(self.spill.iter())
+            .map(|&(burst, reset, period)| {
+                if t >= reset {
+                    burst
+                } else {
+                    burst.saturating_sub((reset - t).div_ceil(period) + 1)
+                }
+            })
+            .sum()
+    }
+
+    /// The least `t` at which the lower bounds add up to `n`; every shard is full at `last_reset`.
+    fn first_holding(&self, n: u64, last_reset: u64) -> u64 {
+        let (mut lo, mut hi) = (0u64, last_reset);
+        if self.held_at(lo) >= n {
+            return 0;
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.held_at(mid) >= n {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
     }
 }
 
@@ -249,14 +425,14 @@ impl Sharded<Gcra> {
     }
 }
 
-impl<C: Clock + Clone> Sharded<Gcra<C>> {
+impl<C: Clock + Clone + Send + Sync> Sharded<Gcra<C>> {
     /// `quota` over (up to) `shards` GCRA shards reading clones of `clock`.
     pub fn gcra_with_clock(quota: Quota, shards: usize, clock: C) -> Sharded<Gcra<C>> {
         Sharded::new(quota, shards, |q| Gcra::with_clock(q, clock.clone()))
     }
 }
 
-impl<C: Clock + Clone> Sharded<TokenBucket<C>> {
+impl<C: Clock + Clone + Send + Sync> Sharded<TokenBucket<C>> {
     /// `quota` over (up to) `shards` token-bucket shards reading clones of `clock`.
     pub fn token_bucket_with_clock(
         quota: Quota,
@@ -267,7 +443,7 @@ impl<C: Clock + Clone> Sharded<TokenBucket<C>> {
     }
 }
 
-impl<L: RateLimiter> RateLimiter for Sharded<L> {
+impl<L: KeyedLimiter> RateLimiter for Sharded<L> {
     #[inline]
     fn check(&self) -> Decision {
         Sharded::check(self)
@@ -314,18 +490,25 @@ mod tests {
     }
 
     #[test]
-    fn shares_of_fractional_periods_fall_back_to_fewer_shards() {
-        // 1000 per 3 s: shares of 500 per 3 s are fine, 250 per 3 s too.
-        let q = Quota::try_new(1000, core::time::Duration::from_secs(3), 1000).unwrap();
-        assert_eq!(
-            Sharded::gcra_with_clock(q, 4, ManualClock::new()).shard_count(),
-            4
-        );
-        // 515/s is fine (denominator 103), but its quarters (129 = 3 x 43) and halves (258, 257)
-        // are not: it falls back to one shard.
+    fn rates_with_inexact_shares_still_split_over_every_shard() {
+        // 515/s: its quarters (129/s = 3 x 43) have periods that are rounded, not rejected.
         let q = Quota::per_second(515).with_burst(100);
         let s = Sharded::gcra_with_clock(q, 4, ManualClock::new());
-        assert_eq!(s.shard_count(), 1);
-        assert_eq!(s.shard_quotas().next(), Some(&q));
+        assert_eq!(s.shard_count(), 4);
+        // Each share's period is never shorter than its exact `per / rate_i`.
+        for share in s.shard_quotas() {
+            let (t, d) = share.period_fraction();
+            assert!(u128::from(t) * u128::from(share.rate()) >= 1_000_000_000 * u128::from(d));
+        }
+        for rate in 1..=2000u64 {
+            let q = Quota::per_second(rate);
+            let s = Sharded::gcra_with_clock(q, 4, ManualClock::new());
+            let want = match rate {
+                1 => 1,
+                2 | 3 => 2,
+                _ => 4,
+            };
+            assert_eq!(s.shard_count(), want, "{rate}/s");
+        }
     }
 }

@@ -90,14 +90,6 @@ impl<C: Clock> Throttle<C> {
         }
     }
 
-    /// The refund step at `now` (GCRA units) for `cost` units, as `StateCell` runs it.
-    fn refund_step(now: u64, cost: u64) -> impl Fn(u64) -> Step<()> {
-        move |tat| match gcra_math::refund(tat, now, cost) {
-            Some(new) => Step::Store(new, ()),
-            None => Step::Keep(()),
-        }
-    }
-
     /// Reserves `n` tokens' worth of slots, as [`Throttle::reserve_n`], and returns a
     /// [`Reservation`] that can be handed back with [`Throttle::refund`] if the work is abandoned.
     ///
@@ -122,7 +114,8 @@ impl<C: Clock> Throttle<C> {
     /// moved (they only wait longer than they would have).
     pub fn refund(&self, reservation: Reservation) {
         let now = self.params.units(self.clock.now());
-        self.tat.update(Self::refund_step(now, reservation.cost));
+        self.tat
+            .update(gcra_math::refund_step(now, reservation.cost));
     }
 
     /// For the loom models' teeth: `refund` with the CAS replaced by a load and a store.
@@ -131,7 +124,7 @@ impl<C: Clock> Throttle<C> {
     pub fn loom_broken_refund(&self, reservation: Reservation) {
         let now = self.params.units(self.clock.now());
         self.tat
-            .update_racy(Self::refund_step(now, reservation.cost));
+            .update_racy(gcra_math::refund_step(now, reservation.cost));
     }
 
     /// GCRA's check on the throttle's state, for `n <= burst`: passes only if the slot is free now.

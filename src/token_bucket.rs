@@ -164,6 +164,19 @@ impl<C: Clock> TokenBucket<C> {
         }
     }
 
+    /// Gives back `n` tokens taken moments ago and never used (a gather across shards that failed
+    /// half-way): never past the cap, re-phased like any bucket that fills.
+    pub(crate) fn give_back(&self, n: u32) {
+        let now = self.clock.now();
+        let cost = u64::from(n) * token_bucket_math::UNIT;
+        self.word.update(|word| {
+            match token_bucket_math::give_back(word, now, cost, &self.params) {
+                Some(new) => Step::Store(new, ()),
+                None => Step::Keep(()),
+            }
+        });
+    }
+
     /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.
     #[cfg(atomic_limiter_loom)]
     #[doc(hidden)]

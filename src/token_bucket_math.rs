@@ -316,14 +316,15 @@ pub(crate) enum Outcome {
     Deny { figures: BucketFigures },
 }
 
-/// One token-bucket step for `n <= burst` tokens at `now_ns`.
+/// The bucket refilled to `now_ns`: `(base, held, stamp)`, the absolute tick refills count from,
+/// the units held, and the stamp to store with them.
 #[inline]
-pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> Outcome {
+const fn refilled(word: u64, now_ns: u64, p: &BucketParams) -> (u128, u64, u64) {
     let (stamp, tokens) = p.unpack(word);
     let now_tick = now_ns >> p.shift;
     let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
     // Did the clock step back behind the stamp? Then refill nothing and keep the stamp.
-    let (base, held, stamp) = if elapsed >= p.backward_from() {
+    if elapsed >= p.backward_from() {
         let behind = p.stamp_mask() - elapsed + 1;
         let stamp_abs = now_tick as u128 + behind as u128;
         // Refills count from a stamp still ahead (set when the bucket was last full, or before the
@@ -370,7 +371,13 @@ pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> 
                 (now_tick as u128, tokens + refill, now_tick)
             }
         }
-    };
+    }
+}
+
+/// One token-bucket step for `n <= burst` tokens at `now_ns`.
+#[inline]
+pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> Outcome {
+    let (base, held, stamp) = refilled(word, now_ns, p);
     let cost = n as u64 * UNIT;
     if held >= cost {
         Outcome::Allow {
@@ -394,6 +401,19 @@ pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> 
             },
         }
     }
+}
+
+/// Gives back `cost` units taken moments ago and never used: added to the units held as of the
+/// stamp (so never past the cap), then refilled to `now_ns` with the same cap test as a check, so a
+/// bucket made full by the return re-phases like any other. `None` when nothing changes.
+#[inline]
+pub(crate) const fn give_back(word: u64, now_ns: u64, cost: u64, p: &BucketParams) -> Option<u64> {
+    let (stamp, tokens) = p.unpack(word);
+    let sum = tokens + cost;
+    let topped = p.pack(stamp, if sum > p.cap { p.cap } else { sum });
+    let (_, held, stamp) = refilled(topped, now_ns, p);
+    let new = p.pack(stamp, held);
+    if new == word { None } else { Some(new) }
 }
 
 #[cfg(test)]

@@ -114,10 +114,84 @@ fn refusal_figures_cover_every_shard() {
 }
 
 #[test]
-fn one_request_is_at_most_one_share() {
+fn requests_up_to_the_quota_burst_gather_across_shards() {
+    let clock = ManualClock::new();
     let q = Quota::per_second(100).with_burst(10);
-    let s = Sharded::gcra_with_clock(q, 4, ManualClock::new());
-    // Shares of 3, 3, 2, 2.
-    assert_eq!(s.check_n(4).unwrap_err().burst, 3);
-    assert!(s.check_n(3).unwrap().is_allowed());
+    let s = Sharded::gcra_with_clock(q, 4, clock.clone());
+    // Shares of 3, 3, 2, 2: a request of 10 takes from all four, one of 11 is an error.
+    assert_eq!(s.check_n(11).unwrap_err().burst, 10);
+    let d = s.check_n(10).unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(d.remaining(), 0);
+    // Refused while nothing is there; the advertised wait is sufficient.
+    let d = s.check_n(4).unwrap();
+    assert!(d.is_denied());
+    clock.advance(d.retry_after());
+    assert!(s.check_n(4).unwrap().is_allowed());
+
+    // On 64 shards of 100/s burst 100 (shares of burst 1 or 2), any request up to 100 passes.
+    let wide = Sharded::gcra_with_clock(Quota::per_second(100), 64, clock.clone());
+    assert_eq!(wide.shard_count(), 64);
+    assert!(wide.check_n(3).unwrap().is_allowed());
+    assert!(wide.check_n(97).unwrap().is_allowed());
+    assert!(wide.check_n(1).unwrap().is_denied());
+}
+
+#[test]
+fn steady_demand_above_a_share_gets_the_whole_rate() {
+    // 100/s burst 10 over 4 shards: requests of 3 every 30 ms (exactly the rate) all pass, where
+    // one shard alone (burst 2 or 3) would serve half of them.
+    let clock = ManualClock::new();
+    let s = Sharded::gcra_with_clock(Quota::per_second(100).with_burst(10), 4, clock.clone());
+    let mut admitted = 0u32;
+    for _ in 0..1000 {
+        if s.check_n(3).unwrap().is_allowed() {
+            admitted += 1;
+        }
+        clock.advance(Duration::from_millis(30));
+    }
+    assert_eq!(admitted, 1000);
+}
+
+#[test]
+fn a_gather_that_fails_gives_back_what_it_took() {
+    let clock = ManualClock::new();
+    let q = Quota::per_second(100).with_burst(10);
+    let s = Sharded::gcra_with_clock(q, 4, clock.clone());
+    // Leave 2 + 2 + 1 + 0 = 5 tokens scattered over the shards.
+    assert!(s.check_n_from(0, 1).unwrap().is_allowed());
+    assert!(s.check_n_from(1, 1).unwrap().is_allowed());
+    assert!(s.check_n_from(2, 1).unwrap().is_allowed());
+    assert!(s.check_n_from(3, 2).unwrap().is_allowed());
+    // Six are not there: refused, and the five are still there afterwards.
+    assert!(s.check_n(6).unwrap().is_denied());
+    assert!(s.check_n(5).unwrap().is_allowed());
+    assert!(s.check_n(1).unwrap().is_denied());
+}
+
+#[test]
+fn gathering_threads_never_exceed_the_burst_on_a_frozen_clock() {
+    for n in [1u32, 3, 7] {
+        let q = Quota::per_second(1000).with_burst(40);
+        let s = Sharded::gcra_with_clock(q, 8, ManualClock::new());
+        let barrier = Barrier::new(threads());
+        let taken: u32 = thread::scope(|sc| {
+            let hs: Vec<_> = (0..threads())
+                .map(|_| {
+                    sc.spawn(|| {
+                        barrier.wait();
+                        (0..40)
+                            .filter(|_| s.check_n(n).unwrap().is_allowed())
+                            .count() as u32
+                            * n
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert!(taken <= 40, "n {n}: {taken}");
+        // Whatever was left is still there (a failed gather gives back): drain it alone.
+        let left: u32 = (0..40).filter(|_| s.check().is_allowed()).count() as u32;
+        assert_eq!(taken + left, 40, "n {n}: taken {taken}, left {left}");
+    }
 }

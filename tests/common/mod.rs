@@ -4,8 +4,9 @@
 use atomic_limiter::Quota;
 
 /// The quota semantics with exact rational arithmetic, written independently of the crate's maths:
-/// tokens are `num / per_ns` (an `i128` numerator), refilled by `elapsed × rate` per ns and capped
-/// at `burst × per_ns`. Time only moves forward in the model: a reading earlier than the last one
+/// tokens are `num / per` (an `i128` numerator), refilled by `elapsed × rate` per ns and capped
+/// at `burst × per`, where `per / rate` ns is the period the limiters keep
+/// (`Quota::period_fraction`: the quota's own `per / rate` when exact, else rounded up). Time only moves forward in the model: a reading earlier than the last one
 /// counts as no time passing.
 #[derive(Debug, Clone)]
 pub struct Model {
@@ -35,9 +36,10 @@ fn ceil_div(a: i128, b: i128) -> u64 {
 
 impl Model {
     pub fn new(q: &Quota, now: u64) -> Model {
-        let per = q.per().as_nanos() as i128;
+        let (per, rate) = q.period_fraction();
+        let per = per as i128;
         Model {
-            rate: q.rate() as i128,
+            rate: rate as i128,
             per,
             burst: q.burst() as i128,
             num: q.burst() as i128 * per,
@@ -117,10 +119,11 @@ pub fn bucket_lag_ns(q: &Quota, tick_ns: u64) -> u64 {
     tick_ns + (2 * p).div_ceil(1024 * s)
 }
 
-/// Whether the bucket may refuse `n` tokens while the exact count is `num/den` (`den` = the
-/// quota's interval in ns): only when the exact count exceeds `n` by less than its lag.
+/// Whether the bucket may refuse `n` tokens while the exact count is `num/den` (as the model
+/// gives it): only when the exact count exceeds `n` by less than its lag.
 pub fn bucket_may_refuse(num: i128, den: i128, n: u32, q: &Quota, tick_ns: u64) -> bool {
-    num - n as i128 * den < bucket_lag_ns(q, tick_ns) as i128 * q.rate() as i128
+    let refill_per_ns = q.period_fraction().1 as i128;
+    num - n as i128 * den < bucket_lag_ns(q, tick_ns) as i128 * refill_per_ns
 }
 
 /// The bucket's slack on waits, in ns: its lag, plus one tick for rounding a wait to a tick
