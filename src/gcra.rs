@@ -1,6 +1,6 @@
-use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
+use crate::clock::{Clock, is_coarse};
 use crate::gcra_math::{self, GcraParams};
 use crate::state_cell::{StateCell, Step};
 use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
@@ -112,13 +112,29 @@ impl<C: Clock> Gcra<C> {
     /// keep one word per key and share the rest).
     #[inline]
     pub(crate) fn run_on(&self, cell: &StateCell, n: u32) -> Decision {
-        cell.update(self.step(self.reading(), n))
+        let d = cell.update(self.step(self.reading(), n));
+        if d.is_allowed() || !is_coarse(&self.clock) {
+            return d;
+        }
+        self.confirm_on(cell, n)
+    }
+
+    /// A denial made on a coarse reading, decided again on a fresh one.
+    #[cold]
+    #[inline(never)]
+    fn confirm_on(&self, cell: &StateCell, n: u32) -> Decision {
+        cell.update(self.step(self.fresh_reading(), n))
     }
 
     /// The clock reading in the units [`Gcra::step`] takes.
     #[inline]
     pub(crate) fn reading(&self) -> u64 {
         self.params.units(self.clock.now())
+    }
+
+    /// [`Gcra::reading`] from [`Clock::now_fresh`].
+    pub(crate) fn fresh_reading(&self) -> u64 {
+        self.params.units(self.clock.now_fresh())
     }
 
     /// A fresh state word, full at the clock's current reading.

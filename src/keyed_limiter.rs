@@ -67,14 +67,13 @@ macro_rules! keyed_limiter {
             #[inline]
             fn take_state(&self, state: &KeyState, n: u32) -> Seen {
                 let now = self.reading();
-                let step = self.step(now, n);
-                // The same step, answering with the word it decided on instead of the decision:
-                // the CAS loop and its outcome are exactly `check_state`'s.
-                let word = state.0.update(|w| match step(w) {
-                    Step::Store(new, _) => Step::Store(new, w),
-                    Step::Keep(_) => Step::Keep(w),
-                });
-                Seen { now, word }
+                let seen = self.take_at(state, now, n);
+                if !crate::clock::is_coarse(self.clock()) || self.decision_of(seen, n).is_allowed()
+                {
+                    return seen;
+                }
+                // A denial on a coarse reading: decided again on a fresh one, as `check_state`.
+                self.take_at(state, self.fresh_reading(), n)
             }
 
             fn give_back(&self, n: u32) {
@@ -95,3 +94,29 @@ macro_rules! keyed_limiter {
 
 keyed_limiter!(Gcra);
 keyed_limiter!(TokenBucket);
+
+/// [`KeyedLimiter::take_state`] at a given reading, for both limiters.
+trait TakeAt {
+    fn take_at(&self, state: &KeyState, now: u64, n: u32) -> Seen;
+}
+
+macro_rules! take_at {
+    ($limiter:ident) => {
+        impl<C: Clock> TakeAt for $limiter<C> {
+            #[inline]
+            fn take_at(&self, state: &KeyState, now: u64, n: u32) -> Seen {
+                let step = self.step(now, n);
+                // The same step, answering with the word it decided on instead of the decision:
+                // the CAS loop and its outcome are exactly `check_state`'s.
+                let word = state.0.update(|w| match step(w) {
+                    Step::Store(new, _) => Step::Store(new, w),
+                    Step::Keep(_) => Step::Keep(w),
+                });
+                Seen { now, word }
+            }
+        }
+    };
+}
+
+take_at!(Gcra);
+take_at!(TokenBucket);

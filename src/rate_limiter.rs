@@ -66,7 +66,7 @@ pub trait RateLimiter {
                 Next::Done(d) => return Ok(d),
                 Next::Sleep(nap) => {
                     sleep(nap);
-                    waited += nap;
+                    waited = waited.saturating_add(nap);
                 }
             }
         }
@@ -141,7 +141,7 @@ pub trait RateLimiter {
                     Next::Done(d) => return Ok(d),
                     Next::Sleep(nap) => {
                         sleep(nap).await;
-                        waited += nap;
+                        waited = waited.saturating_add(nap);
                     }
                 }
             }

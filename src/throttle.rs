@@ -1,6 +1,6 @@
 use core::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, is_coarse};
 use crate::gcra_math::{self, GcraParams};
 use crate::state_cell::{StateCell, Step};
 use crate::{Decision, InsufficientCapacity, Quota, RateLimiter, Reservation, ThrottleError};
@@ -129,7 +129,15 @@ impl<C: Clock> Throttle<C> {
 
     /// GCRA's check on the throttle's state, for `n <= burst`: passes only if the slot is free now.
     fn meter(&self, n: u32) -> Decision {
-        let now = self.params.units(self.clock.now());
+        let d = self.meter_at(self.params.units(self.clock.now()), n);
+        if d.is_allowed() || !is_coarse(&self.clock) {
+            return d;
+        }
+        // A denial on a coarse reading: decided again on a fresh one.
+        self.meter_at(self.params.units(self.clock.now_fresh()), n)
+    }
+
+    fn meter_at(&self, now: u64, n: u32) -> Decision {
         let resolution = self.clock.resolution();
         self.tat
             .update(|tat| gcra_math::meter(tat, now, n, &self.params, resolution))

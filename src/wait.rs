@@ -46,10 +46,13 @@ impl Wait {
         // Never zero: a refusal always comes with a positive wait, but a sleep of nothing would spin.
         let base = retry_after.max(Duration::from_nanos(1));
         let jitter = u64::try_from(self.jitter.as_nanos()).unwrap_or(u64::MAX);
-        if jitter == 0 {
-            return base;
-        }
-        base.saturating_add(Duration::from_nanos(next_random() % (jitter + 1)))
+        let extra = match jitter {
+            0 => return base,
+            // Every u64 is in range: no modulus (jitter + 1 would overflow).
+            u64::MAX => next_random(),
+            j => next_random() % (j + 1),
+        };
+        base.saturating_add(Duration::from_nanos(extra))
     }
 }
 

@@ -330,7 +330,18 @@ macro_rules! window_limiter {
 
             #[inline]
             fn run(&self, n: u32) -> crate::Decision {
-                self.word.update(self.step(self.clock.now(), n))
+                let d = self.word.update(self.step(self.clock.now(), n));
+                if d.is_allowed() || !crate::clock::is_coarse(&self.clock) {
+                    return d;
+                }
+                self.confirm(n)
+            }
+
+            /// A denial made on a coarse reading, decided again on a fresh one.
+            #[cold]
+            #[inline(never)]
+            fn confirm(&self, n: u32) -> crate::Decision {
+                self.word.update(self.step(self.clock.now_fresh(), n))
             }
 
             /// The window step at `now` for `n`, as `StateCell` runs it. A denial decided on a

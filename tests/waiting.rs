@@ -198,3 +198,39 @@ fn blocking_wait_on_a_real_clock() {
     // At least the advertised 5 ms (a sleep never ends early), nothing more is asserted.
     assert!(t.elapsed() >= Duration::from_millis(4));
 }
+
+#[test]
+fn jitter_of_any_duration_is_accepted() {
+    for jitter in [
+        Duration::MAX,
+        Duration::from_nanos(u64::MAX),
+        Duration::from_nanos(u64::MAX - 1),
+        Duration::from_secs(u64::MAX / 1_000_000_000 + 1),
+    ] {
+        let clock = ManualClock::new();
+        let g = Gcra::with_clock(Quota::per_second(10).with_burst(1), clock.clone());
+        assert!(g.check().is_allowed());
+        let mut slept = vec![];
+        let d = g
+            .wait_n_with(1, Wait::up_to(Duration::MAX).with_jitter(jitter), |d| {
+                assert!(slept.len() < 3, "waiting does not end: {slept:?}");
+                slept.push(d);
+                // The sleep may be centuries long; the manual clock only goes far enough, so
+                // as not to saturate at the end of u64.
+                clock.advance(d.min(Duration::from_secs(3600)));
+            })
+            .unwrap();
+        assert!(d.is_allowed());
+        assert_eq!(slept.len(), 1);
+        assert!(slept[0] >= Duration::from_millis(100));
+        // A bounded wait with the same jitter gives up instead of overflowing.
+        let g = Gcra::with_clock(Quota::per_second(10).with_burst(1), clock.clone());
+        assert!(g.check().is_allowed());
+        let r = g.wait_n_with(
+            1,
+            Wait::up_to(Duration::from_secs(1)).with_jitter(jitter),
+            |d| clock.advance(d),
+        );
+        assert!(r.is_ok() || matches!(r, Err(WaitError::TimedOut { .. })));
+    }
+}

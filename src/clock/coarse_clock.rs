@@ -11,9 +11,12 @@ static UPKEEP: OnceLock<Option<quanta::Handle>> = OnceLock::new();
 /// quanta's "recent" time: one load of a global that an upkeep thread refreshes every millisecond.
 ///
 /// The cheapest clock there is, at the price of resolution: readings advance in steps of about
-/// 1 ms (the upkeep interval, [`Clock::resolution`]), and trail real time by up to one step.
-/// Limiters stay correct (a late reading only delays refills), and the retry-after they report is
-/// rounded up to whole steps plus one, so waiting it is always enough.
+/// 1 ms (the upkeep interval, [`Clock::resolution`]), and trail real time by one step, or by more
+/// when the upkeep thread is held off the CPU (on a loaded machine, several steps). Limiters stay
+/// correct (a late reading only delays refills); a denial is checked once more on a precise
+/// reading ([`Clock::now_fresh`], the TSC) before it is answered, and its retry-after is rounded
+/// up to whole steps plus one, so waiting it is always enough. Admissions cost one load; only
+/// denials pay for the precise reading.
 ///
 /// The first `CoarseClock::new` in a process starts quanta's upkeep thread, which then runs for the
 /// life of the process. If another part of the program already runs quanta's upkeep, that one is
@@ -52,5 +55,11 @@ impl Clock for CoarseClock {
     #[inline]
     fn resolution(&self) -> u64 {
         UPKEEP_INTERVAL.as_nanos() as u64
+    }
+
+    #[inline]
+    fn now_fresh(&self) -> u64 {
+        let d = self.clock.now().saturating_duration_since(self.origin);
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }
 }

@@ -7,6 +7,10 @@
 //! | [`StdClock`] | `std::time::Instant` | a vDSO `clock_gettime` | 1 ns |
 //! | [`ManualClock`] | an atomic the test moves | one load | 1 ns |
 //!
+//! A denial made on a coarse reading is checked once more on a fresh one ([`Clock::now_fresh`]),
+//! so a coarse clock whose upkeep falls behind under load never advertises a wait that is too
+//! short.
+//!
 //! Limiters never trust a clock to be monotonic: a reading that stalls or steps backwards is
 //! treated as "no time has passed" and never grants a token (see `docs/design.md`).
 
@@ -42,6 +46,22 @@ pub trait Clock {
     fn resolution(&self) -> u64 {
         1
     }
+
+    /// A reading as fresh as the clock can give. A clock coarser than 1 ns may lag real time by
+    /// more than its resolution (an upkeep thread held off the CPU); the limiters check a denial
+    /// made on such a clock once more on this reading before answering, so that the retry-after
+    /// they advertise is measured from real time. Defaults to [`Clock::now`].
+    #[inline]
+    fn now_fresh(&self) -> u64 {
+        self.now()
+    }
+}
+
+/// Whether denials made on `clock` are confirmed on [`Clock::now_fresh`]: a constant per clock
+/// type, so the check compiles away for nanosecond clocks.
+#[inline]
+pub(crate) fn is_coarse<C: Clock + ?Sized>(clock: &C) -> bool {
+    clock.resolution() > 1
 }
 
 impl<C: Clock + ?Sized> Clock for &C {
@@ -52,6 +72,10 @@ impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn resolution(&self) -> u64 {
         (**self).resolution()
+    }
+    #[inline]
+    fn now_fresh(&self) -> u64 {
+        (**self).now_fresh()
     }
 }
 
