@@ -1,11 +1,12 @@
 use alloc::boxed::Box;
 use std::sync::{Mutex, PoisonError};
 
+use crate::clock::is_coarse;
 use crate::decision::Detail;
 use crate::{Clock, Decision, InsufficientCapacity, Quota, QuotaError, RateLimiter};
 
 /// Exact: at most `limit` admissions in **any** span of the window's length. A ring buffer of the
-/// last `limit` admission times, as the C++ source writes it, behind a mutex.
+/// last `limit` admission times behind a mutex.
 ///
 /// This is the one limiter here that locks, on purpose. A lock-free ring would need the claim of a
 /// slot (a CAS on the head) and the write of its timestamp to be one step: between the two, a
@@ -48,6 +49,9 @@ struct Ring {
     /// Index of the oldest entry.
     head: usize,
     len: usize,
+    /// The latest reading any check has decided at: the ring's notion of now, which never goes
+    /// back, so the times stay in order.
+    latest: u64,
 }
 
 impl Ring {
@@ -77,6 +81,8 @@ impl<C: Clock> SlidingWindowLog<C> {
                 times: alloc::vec![0; limit as usize].into_boxed_slice(),
                 head: 0,
                 len: 0,
+                // Readings from before the limiter existed are steps back too.
+                latest: clock.now(),
             }),
             limit,
             window: quota.per().as_nanos() as u64,
@@ -101,12 +107,27 @@ impl<C: Clock> SlidingWindowLog<C> {
     }
 
     fn run(&self, n: u32) -> Decision {
-        let now = self.clock.now();
         let n = n as usize;
         // A panic cannot leave the ring half-updated in a way that over-admits (indices move only
         // after the writes), so a poisoned lock is still usable.
         let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
-        // Drop what has left the window (a clock that stepped back drops nothing).
+        // The clock is read under the lock: a reading taken before it could be older than entries
+        // another thread has since dropped, and admit on a window that no longer holds.
+        let d = self.decide(&mut ring, self.clock.now(), n);
+        if d.is_allowed() || !is_coarse(&self.clock) {
+            return d;
+        }
+        // A denial on a coarse reading: decided again on a fresh one.
+        self.decide(&mut ring, self.clock.now_fresh(), n)
+    }
+
+    /// The decision at `read` for `n <= limit`, with the ring locked. A reading behind the latest
+    /// one is decided at the latest (a stalled clock); its waits count the difference.
+    fn decide(&self, ring: &mut Ring, read: u64, n: usize) -> Decision {
+        let now = read.max(ring.latest);
+        ring.latest = now;
+        let behind = now - read;
+        // Drop what has left the window.
         while ring.len > 0 && ring.at(0).saturating_add(self.window) <= now {
             ring.head = (ring.head + 1) % ring.times.len().max(1);
             ring.len -= 1;
@@ -120,7 +141,14 @@ impl<C: Clock> SlidingWindowLog<C> {
                 ring.len += 1;
             }
         }
-        let gone_at = |i: usize| ring.at(i).saturating_add(self.window).saturating_sub(now);
+        // When entry `i` leaves the window, from the reading: every entry still held is inside
+        // the window, so a denial's wait is at least 1 ns.
+        let gone_at = |i: usize| {
+            ring.at(i)
+                .saturating_add(self.window)
+                .saturating_sub(now)
+                .saturating_add(behind)
+        };
         // Refused: the request passes once enough of the oldest entries have left the window.
         let retry_ns = if allowed {
             0

@@ -19,10 +19,18 @@
 //! # Clock steps and wrap-around
 //!
 //! The distance `d = (k - index) mod 2^index_bits` is read as: 0, the same window; 1 (sliding
-//! only), the next window; in the upper half, a clock that stepped back, treated as the same
-//! window (a count is never reset by a step back); otherwise a window further on, whose counts all
-//! start at 0. A window index that wrapped all the way round can only be misread as "same" or
-//! "next", which keeps old counts: fewer admissions, never more.
+//! only), the next window; in the upper half, a clock that stepped back; otherwise a window
+//! further on, whose counts all start at 0. A window index that wrapped all the way round can only
+//! be misread as "same" or "next", which keeps old counts: fewer admissions, never more.
+//!
+//! The first check in a new window writes the new index (and the counts it rolls), a peek or a
+//! denial included: once per window, so that the stored window is always the latest any reading
+//! has reached. A reading behind it (a step back, or a stale reading from another thread) is then
+//! decided as a stalled clock would decide it: at the start of the stored window, the stalled
+//! clock's earliest possible position, where the counts are as they are and the previous window's
+//! weight is whole; so it never admits more than a clock that had stalled. Its waits are measured
+//! from the reading itself: the distance back to that window's start is added, so waiting them is
+//! enough and a denial never advertises zero. A reading before the epoch is the same case.
 
 use crate::{Quota, QuotaError};
 
@@ -92,9 +100,12 @@ impl WindowParams {
         u64::try_from(windows * u128::from(self.window)).unwrap_or(u64::MAX)
     }
 
-    /// The distance from the stored index to `k`, classified.
+    /// Where `now` falls against the stored window index.
     #[inline]
-    fn step(&self, stored: u64, k: u64, counts: u32) -> Step {
+    fn position(&self, stored: u64, now: u64, counts: u32) -> Position {
+        let (k, elapsed) = self.locate(now);
+        // A reading before the epoch is read as the epoch; its waits count the difference.
+        let before_epoch = self.epoch.saturating_sub(now);
         let bits = self.index_bits(counts);
         let mask = if bits == 64 {
             u64::MAX
@@ -102,12 +113,24 @@ impl WindowParams {
             (1 << bits) - 1
         };
         let d = k.wrapping_sub(stored) & mask;
-        if d == 0 || d > mask >> 1 {
-            Step::Same
+        let (step, elapsed, behind) = if d == 0 {
+            (Step::Same, elapsed, before_epoch)
+        } else if d > mask >> 1 {
+            // Behind the stored window by `back` windows: decide at its start, as a stalled clock.
+            let back = u128::from(stored.wrapping_sub(k) & mask);
+            let behind =
+                back * u128::from(self.window) - u128::from(elapsed) + u128::from(before_epoch);
+            (Step::Same, 0, u64::try_from(behind).unwrap_or(u64::MAX))
         } else if d == 1 {
-            Step::Next
+            (Step::Next, elapsed, 0)
         } else {
-            Step::Later
+            (Step::Later, elapsed, 0)
+        };
+        Position {
+            step,
+            index: if step == Step::Same { stored } else { k },
+            elapsed,
+            behind,
         }
     }
 }
@@ -117,6 +140,19 @@ enum Step {
     Same,
     Next,
     Later,
+}
+
+/// A reading placed against the stored window.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    step: Step,
+    /// The window the decision is made in.
+    index: u64,
+    /// ns into that window the decision is made at.
+    elapsed: u64,
+    /// ns from the reading to the instant the decision is made at (a reading behind the stored
+    /// window, or before the epoch), added to every wait; 0 otherwise.
+    behind: u64,
 }
 
 /// What a window step decides: the word to store (if any) and the figures.
@@ -155,19 +191,22 @@ pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutc
     let cb = p.count_bits;
     let count_mask = (1u64 << cb) - 1;
     let (stored, count) = (word >> cb, word & count_mask);
-    let (k, elapsed) = p.locate(now);
-    let (index, count) = match p.step(stored, k, 1) {
+    let at = p.position(stored, now, 1);
+    let (index, count) = match at.step {
         // A step back keeps the stored window and its count.
-        Step::Same => (stored, count),
-        Step::Next | Step::Later => (k, 0),
+        Step::Same => (at.index, count),
+        Step::Next | Step::Later => (at.index, 0),
     };
-    let to_end = p.left_in_window(elapsed);
+    let to_end = p.left_in_window(at.elapsed).saturating_add(at.behind);
     let n = u64::from(n);
+    // A new window is written even by a peek or a denial, so that a later reading from behind it
+    // cannot decide in the window before.
+    let rolled = index != stored;
     if count + n <= p.limit {
         let after = count + n;
         WindowOutcome {
             allowed: true,
-            word: (n > 0).then_some((index << cb) | after),
+            word: (n > 0 || rolled).then_some((index << cb) | after),
             remaining: p.limit - after,
             retry_ns: 0,
             reset_ns: if after == 0 { 0 } else { to_end },
@@ -175,7 +214,7 @@ pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutc
     } else {
         WindowOutcome {
             allowed: false,
-            word: None,
+            word: rolled.then_some((index << cb) | count),
             remaining: p.limit - count,
             retry_ns: to_end,
             reset_ns: to_end,
@@ -195,39 +234,44 @@ pub(crate) fn sliding(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOu
         (word >> cb) & count_mask,
         word & count_mask,
     );
-    let (k, elapsed) = p.locate(now);
-    let (index, previous, current) = match p.step(stored, k, 2) {
-        Step::Same => (stored, previous, current),
-        Step::Next => (k, current, 0),
-        Step::Later => (k, 0, 0),
+    let at = p.position(stored, now, 2);
+    let (index, previous, current) = match at.step {
+        Step::Same => (at.index, previous, current),
+        Step::Next => (at.index, current, 0),
+        Step::Later => (at.index, 0, 0),
     };
+    let elapsed = at.elapsed;
     let w = u128::from(p.window);
     let weighted = u128::from(previous) * (w - u128::from(elapsed));
     let n = u64::from(n);
-    let passes = weighted + u128::from(current + n) * w <= u128::from(p.limit) * w;
+    // A peek always passes.
+    let passes = n == 0 || weighted + u128::from(current + n) * w <= u128::from(p.limit) * w;
     // Whole admissions left now: limit - current - ceil(weighted / W).
     let used = u128::from(current) + weighted.div_ceil(w);
     let remaining = u128::from(p.limit).saturating_sub(used) as u64;
     // When the request passes if nobody else comes: the weight falls as the window moves on; past
     // this window's end the current count becomes the previous one.
     let to_end = p.left_in_window(elapsed);
+    // As in `fixed`: a new window is written even by a peek or a denial.
+    let rolled = index != stored;
+    let pack = |current: u64| (index << (2 * cb)) | (previous << cb) | current;
     if passes {
         let after = current + n;
         let used_after = u128::from(after) + weighted.div_ceil(w);
         WindowOutcome {
             allowed: true,
-            word: (n > 0).then_some((index << (2 * cb)) | (previous << cb) | after),
+            word: (n > 0 || rolled).then_some(pack(after)),
             remaining: u128::from(p.limit).saturating_sub(used_after) as u64,
             retry_ns: 0,
-            reset_ns: reset_after(previous, after, to_end, p),
+            reset_ns: reset_after(previous, after, to_end, p).saturating_add(at.behind),
         }
     } else {
         WindowOutcome {
             allowed: false,
-            word: None,
+            word: rolled.then_some(pack(current)),
             remaining,
-            retry_ns: wait_sliding(previous, current, n, elapsed, p),
-            reset_ns: reset_after(previous, current, to_end, p),
+            retry_ns: wait_sliding(previous, current, n, elapsed, p).saturating_add(at.behind),
+            reset_ns: reset_after(previous, current, to_end, p).saturating_add(at.behind),
         }
     }
 }

@@ -290,3 +290,214 @@ fn past_the_horizon_old_counts_are_kept_never_more() {
     clock.advance(Duration::from_millis(2));
     assert!(w.check().is_allowed());
 }
+
+/// Steps a window limiter through readings some of which are behind earlier ones, and checks each
+/// admission against the limiter's rule at the latest reading so far (where a clock that stalled
+/// instead of stepping back would stand), counted over the admissions made: it must pass there.
+fn stepping_back_is_a_stall(seed: u64) -> Result<(), String> {
+    let mut rng = seed;
+    let mut next = move |m: u64| {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (rng >> 33) % m
+    };
+    let limit = next(20) + 1;
+    let w = next(1000) + 21;
+    let q = Quota::try_new(limit, Duration::from_nanos(w), 1).unwrap();
+    let start = next(1 << 40) + 10_000;
+    for kind in 0..3 {
+        let clock = ManualClock::starting_at(start);
+        let l = window_limiter(kind, q, &clock);
+        let mut latest = start;
+        // (time at the latest reading, tokens) of every admission.
+        let mut admitted: Vec<(u64, u64)> = vec![];
+        for _ in 0..300 {
+            match next(4) {
+                0 => clock.rewind(Duration::from_nanos(next(3000))),
+                _ => clock.advance_nanos(next(600)),
+            }
+            latest = latest.max(clock.now());
+            let n = next(limit + 1);
+            let d = l.check_n(n as u32).unwrap();
+            if n == 0 && d.is_denied() {
+                return Err(format!("kind {kind}: a peek refused"));
+            }
+            if d.is_denied() {
+                if d.retry_after() == Duration::ZERO {
+                    return Err(format!("kind {kind}: a denial advertised no wait"));
+                }
+                continue;
+            }
+            let (t, k, e) = (latest - start, (latest - start) / w, (latest - start) % w);
+            let in_window = |i: u64| {
+                admitted
+                    .iter()
+                    .filter(|&&(a, _)| (a - start) / w == i)
+                    .map(|&(_, m)| m)
+                    .sum::<u64>()
+            };
+            let ok = match kind {
+                0 => in_window(k) + n <= limit,
+                1 => {
+                    let previous = if k == 0 { 0 } else { in_window(k - 1) };
+                    u128::from(previous) * u128::from(w - e)
+                        + u128::from(in_window(k) + n) * u128::from(w)
+                        <= u128::from(limit) * u128::from(w)
+                }
+                _ => {
+                    let recent: u64 = admitted
+                        .iter()
+                        .filter(|&&(a, _)| a - start + w > t)
+                        .map(|&(_, m)| m)
+                        .sum();
+                    recent + n <= limit
+                }
+            };
+            if !ok {
+                return Err(format!(
+                    "kind {kind}: admitted {n} at {} (latest {t}) past the limit",
+                    clock.now() as i128 - start as i128
+                ));
+            }
+            admitted.push((latest, n));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn window_readings_that_step_back_decide_as_a_stalled_clock() {
+    for seed in 0..300 {
+        stepping_back_is_a_stall(seed).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+/// The sliding counter just after a window edge: a reading 1 ns back, into the previous window,
+/// must not lighten the previous window's weight, and a peek still passes.
+#[test]
+fn sliding_counter_reading_back_across_an_edge_is_a_stall() {
+    let clock = ManualClock::new();
+    let w = SlidingWindowCounter::with_clock(Quota::per_second(20), clock.clone()).unwrap();
+    clock.set(500_000_000);
+    assert!(w.check_n(20).unwrap().is_allowed());
+    clock.set(1_000_000_000); // window 1 starts; the previous 20 weigh in whole
+    assert!(w.check().is_denied());
+    clock.set(999_999_999); // 1 ns back, into window 0's last nanosecond
+    assert!(w.check_n(0).unwrap().is_allowed(), "a peek is refused");
+    assert!(w.check().is_denied(), "a step back granted a token");
+}
+
+#[test]
+fn waiting_the_retry_after_of_a_window_after_a_step_back_passes() {
+    for kind in 0..3 {
+        let clock = ManualClock::starting_at(10_000_000_000);
+        let l = window_limiter(kind, Quota::per_second(5), &clock);
+        clock.advance(Duration::from_millis(2500));
+        assert!(l.check_n(5).unwrap().is_allowed());
+        for back in [
+            1u64,
+            300_000_000,
+            1_000_000_000,
+            2_600_000_000,
+            20_000_000_000,
+        ] {
+            let at = clock.now();
+            clock.rewind(Duration::from_nanos(back));
+            let d = l.check();
+            assert!(d.is_denied(), "kind {kind} back {back}");
+            assert!(d.retry_after() > Duration::ZERO, "kind {kind} back {back}");
+            clock.advance(d.retry_after());
+            assert!(
+                l.check_n(0).unwrap().is_allowed() && l.check().is_allowed(),
+                "kind {kind} back {back}: refused after waiting {:?}",
+                d.retry_after()
+            );
+            // Fill it again, from the latest time, for the next step back.
+            clock.set(clock.now().max(at));
+            let _ = l.check_n(4);
+        }
+    }
+}
+
+#[test]
+fn sliding_log_after_a_step_back_waits_without_spinning() {
+    let clock = ManualClock::starting_at(5_000_000_000);
+    let log = SlidingWindowLog::with_clock(Quota::per_second(3), clock.clone()).unwrap();
+    assert!(log.check_n(3).unwrap().is_allowed());
+    clock.rewind(Duration::from_millis(700));
+    let mut sleeps = 0;
+    let d = log
+        .wait_n_with(
+            1,
+            atomic_limiter::Wait::up_to(Duration::from_secs(5)),
+            |d| {
+                sleeps += 1;
+                assert!(sleeps < 3, "waiting spins");
+                clock.advance(d);
+            },
+        )
+        .unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(sleeps, 1);
+}
+
+/// Each reading is kept by the thread that made it, so an admission can be timed exactly as the
+/// log timed it.
+#[derive(Clone)]
+struct RecordingClock(atomic_limiter::StdClock);
+
+thread_local! {
+    static LAST_READING: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+impl atomic_limiter::Clock for RecordingClock {
+    fn now(&self) -> u64 {
+        let t = self.0.now();
+        LAST_READING.with(|c| c.set(t));
+        t
+    }
+}
+
+#[test]
+fn sliding_log_is_exact_under_real_threads() {
+    let threads = 2 * thread::available_parallelism().map_or(2, |n| n.get());
+    let (limit, window) = (50u64, 2_000_000u64);
+    let q = Quota::try_new(limit, Duration::from_nanos(window), 1).unwrap();
+    let log =
+        SlidingWindowLog::with_clock(q, RecordingClock(atomic_limiter::StdClock::new())).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_millis(400);
+    let mut times: Vec<u64> = thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = vec![];
+                    for _ in 0..2_000_000 {
+                        if std::time::Instant::now() > deadline {
+                            break;
+                        }
+                        if log.check().is_allowed() {
+                            mine.push(LAST_READING.with(|c| c.get()));
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    times.sort_unstable();
+    assert!(
+        times.len() as u64 > 2 * limit,
+        "too few admissions to judge"
+    );
+    // Any limit + 1 admissions span at least one window.
+    for w in times.windows(limit as usize + 1) {
+        assert!(
+            w[limit as usize] - w[0] >= window,
+            "{} admissions within {} ns",
+            limit + 1,
+            w[limit as usize] - w[0]
+        );
+    }
+}

@@ -5,9 +5,11 @@
 //! the model refuses, refuses only within its resolution, and never advertises a wait shorter than
 //! exact. Always, steps back included: GCRA equals its mutex twin, and nobody admits more than
 //! `burst + (latest time - start) × rate / per`. The fixed window and the sliding window counter
-//! run the same operations against their exact models, and never admit more than their documented
-//! bound within one window's span; the sliding window log likewise, within exactly `limit`; and
-//! the throttle's waits match exact arithmetic.
+//! run the same operations against their exact models, and, steps back included (timed at the
+//! latest reading, where a stalled clock would stand), never admit more than their documented
+//! bound within one window's span, never refuse a peek and never advertise a zero wait; the
+//! sliding window log likewise, within exactly `limit`; and the throttle's waits match exact
+//! arithmetic on the period the limiters keep (rounded quotas included).
 #![no_main]
 
 #[path = "../../tests/common/mod.rs"]
@@ -80,7 +82,10 @@ fuzz_target!(|input: Input| {
     // The throttle, against exact arithmetic: tokens as a numerator over the interval that may go
     // negative (a queue); a reservation waits until it is back at zero.
     let throttle = Throttle::with_clock(quota, clock.clone());
-    let per_ns = i128::from(quota.per().as_nanos() as u64);
+    // Tokens counted over the period the limiters keep (`per / rate` when exact, else rounded
+    // up): `num / token` tokens, refilled by `scale` per ns.
+    let (token, scale) = quota.period_fraction();
+    let (per_ns, rate) = (i128::from(token), i128::from(scale));
     let throttle_cap = i128::from(quota.burst()) * per_ns;
     let (mut throttle_num, mut throttle_last) = (throttle_cap, start);
     let mut exact = true;
@@ -146,11 +151,15 @@ fuzz_target!(|input: Input| {
                 };
                 assert_eq!((d.is_allowed(), d.remaining()), (ok, remaining), "window {i}");
             }
+            assert!(n > 0 || d.is_allowed(), "window {i}: a peek was refused");
+            assert!(d.is_allowed() || d.retry_after() > std::time::Duration::ZERO, "window {i}: a denial advertised no wait");
+            // A reading behind the latest one decides as a clock stalled there: admissions are
+            // timed at the latest reading, and the bound holds over those times.
             if d.is_allowed() && n > 0 {
-                window_logs[i].push_back((now, u64::from(n)));
+                window_logs[i].push_back((latest, u64::from(n)));
             }
-            // Admissions in (now - W, now], on the clock as it reads now.
-            window_logs[i].retain(|&(t, _)| t <= now && t.saturating_add(width) > now);
+            // Admissions in (latest - W, latest].
+            window_logs[i].retain(|&(t, _)| t.saturating_add(width) > latest);
             let in_span: u64 = window_logs[i].iter().map(|&(_, k)| k).sum();
             assert!(in_span <= bound, "window {i}: {in_span} admitted within one window, bound {bound}");
         }
@@ -161,16 +170,14 @@ fuzz_target!(|input: Input| {
         let reserved = throttle.reserve_n(n, year);
         if exact && now >= start && n <= quota.burst() {
             let since = i128::from(now - throttle_last);
-            throttle_num = (throttle_num + since * i128::from(quota.rate())).min(throttle_cap);
+            throttle_num = (throttle_num + since * rate).min(throttle_cap);
             throttle_last = now;
             let after = throttle_num - i128::from(n) * per_ns;
-            let rate = i128::from(quota.rate());
             let wait_ns = if after >= 0 { 0 } else { (-after + rate - 1) / rate };
             // The wait in units of 1/scale ns (an integer), against the throttle's cap: the
             // caller's maximum, and at most 2^61 units (the documented queue bound).
-            let scale = i128::from(quota.period_fraction().1);
-            let wait_units = if after >= 0 { 0 } else { -after * scale / rate };
-            let max_units = (year.as_nanos() as i128 * scale).min(1 << 61);
+            let wait_units = if after >= 0 { 0 } else { -after };
+            let max_units = (year.as_nanos() as i128 * rate).min(1 << 61);
             if wait_units <= max_units {
                 throttle_num = after;
                 assert_eq!(reserved, Ok(std::time::Duration::from_nanos(wait_ns as u64)), "throttle wait");
