@@ -201,6 +201,17 @@ pub(crate) const fn reserve(
     }
 }
 
+/// Gives back the latest reservation, which left the TAT at `end`: only while the TAT is still
+/// there (no reservation came after it, whose slot a move back would double-book), and as
+/// [`refund`] never behind `now`. `None` when nothing is given back.
+#[inline]
+pub(crate) const fn refund_latest(tat: u64, now: u64, end: u64, cost: u64) -> Option<u64> {
+    if tat != end {
+        return None;
+    }
+    refund(tat, now, cost)
+}
+
 /// [`refund`] as a `StateCell` step.
 #[inline]
 pub(crate) fn refund_step(now: u64, cost: u64) -> impl Fn(u64) -> crate::state_cell::Step<()> {

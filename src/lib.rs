@@ -121,7 +121,7 @@ pub use keyed_store::KeyedStore;
 pub use quota::Quota;
 pub use quota_error::QuotaError;
 pub use rate_limiter::RateLimiter;
-pub use reservation::Reservation;
+pub use reservation::{Reservation, ReservationGuard};
 #[cfg(feature = "std")]
 pub use sharded::Sharded;
 pub use sliding_window_counter::SlidingWindowCounter;

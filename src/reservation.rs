@@ -1,23 +1,143 @@
 use core::time::Duration;
 
-/// A slot taken by [`Throttle::reserve_refundable`](crate::Throttle::reserve_refundable): when to
-/// go, and what to hand back with [`Throttle::refund`](crate::Throttle::refund) if the work is
-/// abandoned before it used the slot.
+use crate::clock::Clock;
+use crate::throttle::Throttle;
+
+/// A slot taken by [`Throttle::reserve_refundable`]: when to go, and the means to hand the slot
+/// back if the work is abandoned before it used it.
 ///
-/// Refunding is a promise from the caller that the reserved tokens were not used; the throttle
-/// cannot check it. Handing back the reservation consumes it, so it cannot be refunded twice. A
-/// reservation belongs to the throttle that made it.
-#[derive(Debug, PartialEq, Eq)]
+/// A reservation borrows its throttle, so it can only ever go back to the throttle that made it,
+/// and [`Reservation::refund`] consumes it, so it goes back at most once. Dropping it keeps the
+/// slot (the work went ahead); [`Reservation::refund_on_drop`] turns it into a guard that refunds
+/// unless told the slot was used, for work that can be cancelled (a dropped future).
+///
+/// # What a refund gives back
+///
+/// Only the throttle's latest reservation can be given back: the next free slot moves back by its
+/// cost (never behind now, so a throttle is never fuller than full). A reservation with later ones
+/// behind it leaves a gap instead: moving the next free slot back would hand its span out again
+/// while a later reservation still holds a slot inside it, and two callers would go at once. Later
+/// reservations keep their slots either way, so at most `burst` reservations fall in any span of
+/// one period, refunds or not.
+///
+/// # Examples
+///
+/// The latest reservation goes back; one with another behind it does not:
+///
+/// ```
+/// use atomic_limiter::{ManualClock, Quota, Throttle};
+/// use std::time::Duration;
+///
+/// let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
+/// let max = Duration::from_secs(1);
+/// let first = t.reserve_refundable(1, max).unwrap();
+/// let second = t.reserve_refundable(1, max).unwrap();
+/// assert_eq!(second.wait(), Duration::from_millis(100));
+/// assert!(!first.refund(), "a later reservation holds the slot after it");
+/// assert!(second.refund());
+/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(100)));
+/// ```
+///
+/// A reservation is given back at most once (`refund` consumes it):
+///
+/// ```compile_fail
+/// use atomic_limiter::{ManualClock, Quota, Throttle};
+/// use std::time::Duration;
+///
+/// let t = Throttle::with_clock(Quota::per_second(10), ManualClock::new());
+/// let r = t.reserve_refundable(1, Duration::from_secs(1)).unwrap();
+/// r.refund();
+/// r.refund(); // error[E0382]: use of moved value: `r`
+/// ```
+#[derive(Debug)]
 #[must_use = "a reservation is a slot: wait it out, or refund it"]
-pub struct Reservation {
-    pub(crate) wait: Duration,
+pub struct Reservation<'a, C: Clock> {
+    throttle: &'a Throttle<C>,
+    wait: Duration,
     /// The reservation's cost in the throttle's units.
-    pub(crate) cost: u64,
+    cost: u64,
+    /// The next free slot the reservation left behind, in the throttle's units.
+    end: u64,
 }
 
-impl Reservation {
+impl<'a, C: Clock> Reservation<'a, C> {
+    pub(crate) fn new(throttle: &'a Throttle<C>, wait: Duration, cost: u64, end: u64) -> Self {
+        Reservation {
+            throttle,
+            wait,
+            cost,
+            end,
+        }
+    }
+
     /// How long to wait, from the moment of reserving, before using the slot.
     pub fn wait(&self) -> Duration {
         self.wait
+    }
+
+    /// Gives the slot back, if it is still the throttle's latest reservation and its time has not
+    /// passed (see the type's docs); returns whether anything was given back.
+    pub fn refund(self) -> bool {
+        self.throttle.refund_latest(self.end, self.cost)
+    }
+
+    /// A guard that gives the slot back when dropped, unless [`ReservationGuard::commit`] says it
+    /// was used: a cancelled future or an early return cannot leak the slot.
+    pub fn refund_on_drop(self) -> ReservationGuard<'a, C> {
+        ReservationGuard { slot: Some(self) }
+    }
+
+    /// For the loom models' teeth: `refund` with the CAS replaced by a load and a store.
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    pub fn loom_broken_refund(self) -> bool {
+        self.throttle.loom_broken_refund_latest(self.end, self.cost)
+    }
+}
+
+/// A [`Reservation`] that gives its slot back when dropped unused; from
+/// [`Throttle::reserve_guarded`] or [`Reservation::refund_on_drop`].
+///
+/// # Examples
+///
+/// An async task that is cancelled while it waits for its slot leaks nothing:
+///
+/// ```
+/// use atomic_limiter::{ManualClock, Quota, Throttle};
+/// use std::time::Duration;
+///
+/// let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
+/// let max = Duration::from_secs(1);
+/// let used = t.reserve_guarded(1, max).unwrap();
+/// used.commit(); // the work ran: the slot stays taken
+/// {
+///     let abandoned = t.reserve_guarded(1, max).unwrap();
+///     assert_eq!(abandoned.wait(), Duration::from_millis(100));
+/// } // dropped before use: given back
+/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(100)));
+/// ```
+#[derive(Debug)]
+#[must_use = "dropping the guard at once gives the slot back"]
+pub struct ReservationGuard<'a, C: Clock> {
+    slot: Option<Reservation<'a, C>>,
+}
+
+impl<C: Clock> ReservationGuard<'_, C> {
+    /// How long to wait, from the moment of reserving, before using the slot.
+    pub fn wait(&self) -> Duration {
+        self.slot.as_ref().map_or(Duration::ZERO, Reservation::wait)
+    }
+
+    /// The slot was used: keep it taken.
+    pub fn commit(mut self) {
+        self.slot = None;
+    }
+}
+
+impl<C: Clock> Drop for ReservationGuard<'_, C> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.refund();
+        }
     }
 }

@@ -211,7 +211,7 @@ impl<L: KeyedLimiter> Sharded<L> {
             }
         }
         if n > 0 && seen.remaining >= u64::from(n) {
-            if let Some(d) = self.gather(home, n, &check) {
+            if let Some(d) = self.gather(home, n, &check, |l, n| l.give_back(n)) {
                 return d;
             }
         }
@@ -225,6 +225,7 @@ impl<L: KeyedLimiter> Sharded<L> {
         home: usize,
         n: u32,
         check: &impl Fn(&L, u32) -> Result<Decision, InsufficientCapacity>,
+        give_back: impl Fn(&L, u32),
     ) -> Option<Decision> {
         let count = self.shards.len();
         // What was taken from each shard, to give back on failure: on the stack for up to 64
@@ -274,10 +275,18 @@ impl<L: KeyedLimiter> Sharded<L> {
         }
         for (shard, &took) in self.shards.iter().zip(taken.iter()) {
             if took > 0 {
-                shard.give_back(took);
+                give_back(shard, took);
             }
         }
         None
+    }
+
+    /// For the loom models' teeth: a gather of `n` from `home` on that fails without giving back
+    /// what it took (`None` when it gathered less than `n`).
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    pub fn loom_gather_keeping_what_it_took(&self, home: usize, n: u32) -> Option<Decision> {
+        self.gather(home & self.mask, n, &|l, n| l.check_n(n), |_, _| ())
     }
 
     /// For the loom models' teeth: the same check, with `broken` in place of the other shards'

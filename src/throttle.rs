@@ -2,12 +2,15 @@ use core::time::Duration;
 
 use crate::clock::{Clock, is_coarse};
 use crate::gcra_math::{self, GcraParams};
+use crate::reservation::{Reservation, ReservationGuard};
 use crate::state_cell::{StateCell, Step};
-use crate::{Decision, InsufficientCapacity, Quota, RateLimiter, Reservation, ThrottleError};
+use crate::{Decision, InsufficientCapacity, Quota, RateLimiter, ThrottleError};
 
 /// The leaky bucket as a **queue**: it spaces requests at the quota's pace instead of refusing
-/// them. Reservations can be refunded ([`Throttle::reserve_refundable`]). Each caller reserves the next free slot with one compare-and-swap and learns how long to
-/// wait before it may proceed (`Duration::ZERO` while the burst lasts).
+/// them. Each caller reserves the next free slot with one compare-and-swap and learns how long to
+/// wait before it may proceed (`Duration::ZERO` while the burst lasts). A reservation can be
+/// given back ([`Throttle::reserve_refundable`]), or given back by itself when dropped unused
+/// ([`Throttle::reserve_guarded`]).
 ///
 /// The leaky bucket as a *meter* (refuse what overflows) is GCRA, that is [`Gcra`](crate::Gcra):
 /// the same theoretical arrival time, where a check that would have to wait is refused instead.
@@ -91,7 +94,8 @@ impl<C: Clock> Throttle<C> {
     }
 
     /// Reserves `n` tokens' worth of slots, as [`Throttle::reserve_n`], and returns a
-    /// [`Reservation`] that can be handed back with [`Throttle::refund`] if the work is abandoned.
+    /// [`Reservation`] that can be given back with [`Reservation::refund`] if the work is
+    /// abandoned.
     ///
     /// # Errors
     ///
@@ -100,31 +104,61 @@ impl<C: Clock> Throttle<C> {
         &self,
         n: u32,
         max_wait: Duration,
-    ) -> Result<Reservation, ThrottleError> {
-        let wait = self.reserve_n(n, max_wait)?;
-        Ok(Reservation {
-            wait,
-            cost: u64::from(n) * self.params.token,
-        })
-    }
-
-    /// Gives back a reservation that was not used: the next free slot moves back by its cost, but
-    /// never behind now, so no refund makes the throttle fuller than full and the tokens handed
-    /// back are exactly ones never used: the quota holds. Slots already handed to others are not
-    /// moved (they only wait longer than they would have).
-    pub fn refund(&self, reservation: Reservation) {
+    ) -> Result<Reservation<'_, C>, ThrottleError> {
+        self.params.within_burst(n)?;
         let now = self.params.units(self.clock.now());
-        self.tat
-            .update(gcra_math::refund_step(now, reservation.cost));
+        let max = self.params.queue_limit(max_wait);
+        let (wait, end) = self
+            .tat
+            .update(
+                |tat| match gcra_math::reserve(tat, now, n, &self.params, max) {
+                    Ok((new, wait)) => Step::Store(new, Ok((wait, new))),
+                    Err(wait) => Step::Keep(Err(wait)),
+                },
+            )
+            .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait)))?;
+        let cost = u64::from(n) * self.params.token;
+        Ok(Reservation::new(
+            self,
+            self.params.duration(wait),
+            cost,
+            end,
+        ))
     }
 
-    /// For the loom models' teeth: `refund` with the CAS replaced by a load and a store.
+    /// [`Throttle::reserve_refundable`] as a guard that gives the slot back when dropped unless
+    /// committed ([`ReservationGuard`]): for work that may be cancelled.
+    ///
+    /// # Errors
+    ///
+    /// As [`Throttle::reserve_n`].
+    pub fn reserve_guarded(
+        &self,
+        n: u32,
+        max_wait: Duration,
+    ) -> Result<ReservationGuard<'_, C>, ThrottleError> {
+        Ok(self.reserve_refundable(n, max_wait)?.refund_on_drop())
+    }
+
+    /// Gives back the reservation that left the next free slot at `end`, if it still does.
+    pub(crate) fn refund_latest(&self, end: u64, cost: u64) -> bool {
+        let now = self.params.units(self.clock.now());
+        self.tat.update(Self::refund_latest_step(now, end, cost))
+    }
+
+    fn refund_latest_step(now: u64, end: u64, cost: u64) -> impl Fn(u64) -> Step<bool> {
+        move |tat| match gcra_math::refund_latest(tat, now, end, cost) {
+            Some(new) => Step::Store(new, true),
+            None => Step::Keep(false),
+        }
+    }
+
+    /// For the loom models' teeth: `refund_latest` with the CAS replaced by a load and a store.
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_broken_refund(&self, reservation: Reservation) {
+    pub(crate) fn loom_broken_refund_latest(&self, end: u64, cost: u64) -> bool {
         let now = self.params.units(self.clock.now());
         self.tat
-            .update_racy(gcra_math::refund_step(now, reservation.cost));
+            .update_racy(Self::refund_latest_step(now, end, cost))
     }
 
     /// GCRA's check on the throttle's state, for `n <= burst`: passes only if the slot is free now.

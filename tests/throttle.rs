@@ -9,19 +9,20 @@ use std::time::Duration;
 const FOREVER: Duration = Duration::from_secs(3600 * 24 * 365);
 
 proptest! {
-    /// Against exact arithmetic: tokens as a numerator over the interval that may go negative
-    /// (a queue); a reservation waits until the numerator is back at zero.
+    /// Against exact arithmetic on the period the throttle keeps (`per / rate`, rounded up when
+    /// inexact): tokens as a numerator that may go negative (a queue); a reservation waits until
+    /// the numerator is back at zero.
     #[test]
     fn waits_match_exact_arithmetic(
         rate in 1u64..=1000, burst in 1u32..=20,
         ops in proptest::collection::vec((0u64..=3_000_000_000, 1u32..=20), 1..100)
     ) {
-        let q = Quota::try_new(rate, Duration::from_secs(1), burst);
-        prop_assume!(q.is_ok(), "rates whose period is not exact are rejected");
-        let q = q.unwrap();
+        let q = Quota::try_new(rate, Duration::from_secs(1), burst).unwrap();
         let clock = ManualClock::new();
         let t = Throttle::with_clock(q, clock.clone());
-        let per = 1_000_000_000i128;
+        // `num / per` tokens, refilled by `rate` per ns: the kept period is `per / rate` ns.
+        let (per, rate) = q.period_fraction();
+        let per = i128::from(per);
         let cap = i128::from(burst) * per;
         let (mut num, mut last) = (cap, 0u64);
         for (advance, n) in ops {
@@ -98,8 +99,10 @@ fn a_clock_stepping_back_grants_no_earlier_slot() {
 }
 
 proptest! {
-    /// Reserving and refunding at random: the slots actually used (reserved, not refunded) never
-    /// exceed the quota: the k-th used slot is at or after the time the k-th token exists.
+    /// Reserving and refunding at random (the latest reservation, or any other not yet due): the
+    /// slots actually used (reserved, not given back) never exceed the quota: the k-th used slot
+    /// is at or after the time the k-th token exists, and no span of one period holds more than
+    /// `burst` of them.
     #[test]
     fn refunds_never_push_past_the_quota(
         burst in 1u32..=5,
@@ -108,17 +111,24 @@ proptest! {
         let q = Quota::per_second(10).with_burst(burst);
         let clock = ManualClock::new();
         let t = Throttle::with_clock(q, clock.clone());
-        let mut live: Vec<(u64, atomic_limiter::Reservation)> = vec![];
+        let mut live: Vec<(u64, atomic_limiter::Reservation<'_, ManualClock>)> = vec![];
         let mut used: Vec<u64> = vec![];
         for (advance, op) in ops {
             clock.advance_nanos(advance);
             let now = clock.now();
             match op {
-                // Refund the oldest reservation not yet due (abandoned before use).
+                // Give back the oldest reservation not yet due (abandoned before use).
                 0 => {
                     if let Some(i) = live.iter().position(|(at, _)| *at > now) {
                         let (_, r) = live.remove(i);
-                        t.refund(r);
+                        r.refund();
+                    }
+                }
+                // Give back the latest one.
+                1 => {
+                    if live.last().is_some_and(|(at, _)| *at > now) {
+                        let (_, r) = live.pop().unwrap();
+                        r.refund();
                     }
                 }
                 _ => {
@@ -135,6 +145,9 @@ proptest! {
             let available = u64::from(burst) + at / 100_000_000;
             prop_assert!((k as u64) < available, "slot {} at {} ns, only {} tokens by then", k + 1, at, available);
         }
+        for w in used.windows(burst as usize + 1) {
+            prop_assert!(w[burst as usize] - w[0] >= 100_000_000, "{} slots within one period: {:?}", burst + 1, w);
+        }
     }
 }
 
@@ -147,9 +160,54 @@ fn a_refund_frees_the_slot_for_the_next_caller() {
         (a.wait(), b.wait()),
         (Duration::ZERO, Duration::from_millis(100))
     );
-    t.refund(b);
+    assert!(b.refund());
     assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(100)));
     assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(200)));
+    // `a` has later reservations behind it: its slot is not handed out again.
+    assert!(!a.refund());
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(300)));
+}
+
+/// With burst 1 at 1/s, reserving A, B and C and giving B back used to move the next free slot
+/// back to 2 s while C kept it: D landed at 2 s with C.
+#[test]
+fn a_refund_under_later_reservations_never_double_books_a_slot() {
+    let t = Throttle::with_clock(Quota::per_second(1).with_burst(1), ManualClock::new());
+    let [a, b, c] = [(); 3].map(|_| t.reserve_refundable(1, FOREVER).unwrap());
+    assert_eq!(c.wait(), Duration::from_secs(2));
+    assert!(!b.refund());
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_secs(3)));
+    drop((a, c));
+}
+
+#[test]
+fn a_guard_dropped_unused_gives_its_slot_back_and_a_committed_one_keeps_it() {
+    let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
+    t.reserve_guarded(1, FOREVER).unwrap().commit();
+    drop(t.reserve_guarded(1, FOREVER).unwrap());
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(100)));
+}
+
+/// An async task that holds a guard across an await and is cancelled there gives its slot back.
+#[test]
+fn a_cancelled_future_does_not_leak_its_slot() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Waker};
+    let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
+    {
+        let task = async {
+            let slot = t.reserve_guarded(1, FOREVER).unwrap();
+            // Waits for its slot: a timer that never fires here.
+            std::future::pending::<()>().await;
+            slot.commit();
+        };
+        let mut task = pin!(task);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(task.as_mut().poll(&mut cx).is_pending());
+    } // the task is dropped mid-wait
+    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(100)));
 }
 
 #[test]
@@ -158,7 +216,7 @@ fn a_refund_never_makes_the_throttle_fuller_than_full() {
     let t = Throttle::with_clock(Quota::per_second(10).with_burst(2), clock.clone());
     let r = t.reserve_refundable(1, FOREVER).unwrap();
     clock.advance(Duration::from_secs(5)); // full again long since
-    t.refund(r);
+    assert!(!r.refund(), "its time has passed: nothing to give back");
     assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
     assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
     assert_eq!(

@@ -259,6 +259,47 @@ mod sharded {
     fn model_5_broken_twin_is_caught() {
         stealing_admits_exactly_the_burst(true);
     }
+
+    /// Model 10: a gather racing a plain check. Burst 2 over two shards (one token each); one
+    /// thread asks for 2 (more than a share: it gathers from both), another for 1 from shard 1.
+    /// In every interleaving the tokens taken plus those left add up to 2: a gather that loses the
+    /// race gives back what it took. The broken twin keeps what it took.
+    fn gather_gives_back_on_failure(broken: bool) {
+        loom::model(move || {
+            let s = Arc::new(Sharded::gcra_with_clock(quota(2), 2, ManualClock::new()));
+            let gatherer = {
+                let s = s.clone();
+                thread::spawn(move || {
+                    let d = if broken {
+                        s.loom_gather_keeping_what_it_took(0, 2)
+                    } else {
+                        Some(s.check_n_from(0, 2).unwrap())
+                    };
+                    2 * u32::from(d.is_some_and(|d| d.is_allowed()))
+                })
+            };
+            let single = {
+                let s = s.clone();
+                thread::spawn(move || u32::from(s.check_n_from(1, 1).unwrap().is_allowed()))
+            };
+            let taken = gatherer.join().unwrap() + single.join().unwrap();
+            let left = (0..2)
+                .filter(|_| s.check_n_from(0, 1).unwrap().is_allowed())
+                .count() as u32;
+            assert_eq!(taken + left, 2, "a failed gather gives back what it took");
+        });
+    }
+
+    #[test]
+    fn model_10_a_failed_gather_gives_back() {
+        gather_gives_back_on_failure(false);
+    }
+
+    #[test]
+    #[should_panic(expected = "a failed gather gives back what it took")]
+    fn model_10_broken_twin_is_caught() {
+        gather_gives_back_on_failure(true);
+    }
 }
 
 /// Model 6: the keyed limiter's insert-or-get race. Two threads make the first check on the same
@@ -452,10 +493,12 @@ mod throttle {
     }
 }
 
-/// Model 9: a refund racing a reservation. Burst 1, frozen clock; A (now) and B (one period on)
-/// are reserved first. Then one thread refunds B while another reserves C. In either order C gets
-/// one period or two, and the next reservation D gets two periods: the refund and the reservation
-/// both land. The broken twin refunds with a load and a store and can erase C's reservation.
+/// Model 9: a refund racing a reservation. Burst 1, frozen clock; A is reserved first (now). One
+/// thread reserves B and gives it back while another reserves C. If B is still the latest
+/// reservation when it is given back, its slot goes back: C and the next reservation D take one
+/// period and two. If C came after B, nothing is given back (B's slot is left empty rather than
+/// handed out under C): C waits two periods and D three. The broken twin refunds with a load and
+/// a store and can move the next free slot back under C: D lands on C's slot.
 mod refund {
     use super::*;
     use atomic_limiter::Throttle;
@@ -464,16 +507,15 @@ mod refund {
         loom::model(move || {
             let t = Arc::new(Throttle::with_clock(quota(1), ManualClock::new()));
             let max = Duration::from_secs(10);
-            let a = t.reserve_refundable(1, max).unwrap();
-            let b = t.reserve_refundable(1, max).unwrap();
-            assert_eq!((a.wait(), b.wait()), (Duration::ZERO, PERIOD));
+            assert_eq!(t.reserve(max), Ok(Duration::ZERO));
             let refunder = {
                 let t = t.clone();
                 thread::spawn(move || {
+                    let b = t.reserve_refundable(1, max).unwrap();
                     if broken {
-                        t.loom_broken_refund(b)
+                        b.loom_broken_refund()
                     } else {
-                        t.refund(b)
+                        b.refund()
                     }
                 })
             };
@@ -481,14 +523,15 @@ mod refund {
                 let t = t.clone();
                 thread::spawn(move || t.reserve(max).unwrap())
             };
-            refunder.join().unwrap();
+            let refunded = refunder.join().unwrap();
             let c = reserver.join().unwrap();
-            assert!(c == PERIOD || c == 2 * PERIOD, "C waits {c:?}");
-            assert_eq!(
-                t.reserve(max).unwrap(),
-                2 * PERIOD,
-                "refund and reservation both land"
-            );
+            let d = t.reserve(max).unwrap();
+            let expected = if refunded {
+                (PERIOD, 2 * PERIOD)
+            } else {
+                (2 * PERIOD, 3 * PERIOD)
+            };
+            assert_eq!((c, d), expected, "refund and reservation both land");
         });
     }
 
