@@ -80,11 +80,72 @@ fn keyed(c: &mut Criterion) {
     }
 }
 
+/// What a new key costs a keyed limiter holding `keys` keys: below its cap (an insertion), and at
+/// its cap under steady churn (old buckets fill again at the rate new keys come, so each new key
+/// evicts one). Both on a manual clock moved by the same step per new key.
+fn keyed_churn(c: &mut Criterion) {
+    use atomic_limiter::{Gcra, Keyed, ManualClock, Quota};
+    use std::time::Instant;
+    type Map = Keyed<u64, Gcra<ManualClock>>;
+    let quota = Quota::per_second(1);
+    // Keys checked once each, one per `step` ns: key k's bucket is full again 1 s after its check.
+    let fill = |keyed: &Map, clock: &ManualClock, keys: std::ops::Range<u64>, step: u64| {
+        for k in keys {
+            let _ = keyed.check_key(&k);
+            clock.advance_nanos(step);
+        }
+    };
+    let mut g = c.benchmark_group("keyed-churn");
+    g.sample_size(10);
+    for keys in [50_000u64, 1_000_000] {
+        let step = 1_000_000_000 / keys;
+        // Below the cap: a map holding `keys` keys, room for three times as many; refilled
+        // (untimed) before it would reach its cap.
+        let mut below: Option<(Map, ManualClock, u64)> = None;
+        g.bench_function(BenchmarkId::new("new key below the cap", keys), |b| {
+            b.iter_custom(|iters| {
+                let (keyed, clock, next) = below.get_or_insert_with(|| {
+                    let clock = ManualClock::new();
+                    let keyed = Keyed::gcra_with_clock(quota, 4 * keys as usize, clock.clone());
+                    fill(&keyed, &clock, 0..keys, step);
+                    (keyed, clock, keys)
+                });
+                if *next + iters > 3 * keys {
+                    *keyed = Keyed::gcra_with_clock(quota, 4 * keys as usize, clock.clone());
+                    fill(keyed, clock, 0..keys, step);
+                    *next = keys;
+                }
+                let start = Instant::now();
+                fill(keyed, clock, *next..*next + iters, step);
+                *next += iters;
+                start.elapsed()
+            })
+        });
+        // At the cap: `keys` keys held, and every new key makes room by evicting a full one.
+        let clock = ManualClock::new();
+        let at_cap: Map = Keyed::gcra_with_clock(quota, keys as usize, clock.clone());
+        fill(&at_cap, &clock, 0..keys, step);
+        let mut next = keys;
+        g.bench_function(
+            BenchmarkId::new("new key at the cap, steady churn", keys),
+            |b| {
+                b.iter_custom(|iters| {
+                    let start = Instant::now();
+                    fill(&at_cap, &clock, next..next + iters, step);
+                    next += iters;
+                    start.elapsed()
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = floor, allow, deny, deny_retry, throttle, contended, keyed
+    targets = floor, allow, deny, deny_retry, throttle, contended, keyed, keyed_churn
 }
 criterion_main!(benches);

@@ -60,6 +60,9 @@ pub(crate) enum Detail {
         retry_ns: u64,
         reset_ns: u64,
     },
+    /// A keyed limiter's table is full: a new key is refused until a held key's bucket is full
+    /// again, `retry_ns` from now.
+    TableFull { retry_ns: u64 },
 }
 
 impl Decision {
@@ -84,6 +87,15 @@ impl Decision {
         !self.allowed
     }
 
+    /// Whether a [`Keyed`](crate::Keyed) limiter refused a new key because its table holds
+    /// `max_keys` keys and none of their buckets is full yet: not the key's rate, but the
+    /// service's capacity (answer `503`, not `429`, and count it apart). `retry_after` is when the
+    /// first held key can make room.
+    #[inline]
+    pub const fn is_table_full(&self) -> bool {
+        matches!(self.detail, Detail::TableFull { .. })
+    }
+
     /// Whole tokens left after this decision.
     pub fn remaining(&self) -> u64 {
         match self.detail {
@@ -95,6 +107,7 @@ impl Decision {
             } => window.saturating_sub(after) / token,
             Detail::Bucket(b) => b.remaining(),
             Detail::Eager { remaining, .. } => remaining,
+            Detail::TableFull { .. } => 0,
         }
     }
 
@@ -108,7 +121,7 @@ impl Decision {
         let ns = match self.detail {
             Detail::Time { wait, scale, .. } => units_to_ns(wait, scale),
             Detail::Bucket(b) => b.wait_ns(),
-            Detail::Eager { retry_ns, .. } => retry_ns,
+            Detail::Eager { retry_ns, .. } | Detail::TableFull { retry_ns } => retry_ns,
         };
         Duration::from_nanos(round_up(ns, self.resolution))
     }
@@ -120,6 +133,7 @@ impl Decision {
             Detail::Time { after, scale, .. } => units_to_ns(after, scale),
             Detail::Bucket(b) => b.reset_ns(),
             Detail::Eager { reset_ns, .. } => reset_ns,
+            Detail::TableFull { retry_ns } => retry_ns,
         };
         Duration::from_nanos(round_up(ns, self.resolution))
     }

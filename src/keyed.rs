@@ -4,10 +4,12 @@ use core::hash::Hash;
 use dashmap::DashMap;
 
 use crate::decision::Detail;
+use crate::keyed_due::{DueQueue, Front, NoRoom};
 use crate::keyed_limiter::{KeyState, KeyedLimiter};
 use crate::keyed_store::KeyedStore;
-use crate::sync::{Arc, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
 use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, TokenBucket};
+use std::sync::PoisonError;
 
 /// The default hasher: aHash, keyed randomly per process, fast on short keys and resistant to
 /// hash flooding (an attacker who cannot see the keys cannot aim keys at one bucket).
@@ -34,19 +36,30 @@ impl<L: KeyedLimiter> KeyEntry<L> {
 /// One limiter per key (client id, IP address, API key), created on first use, with bounded
 /// memory.
 ///
-/// Each key costs its own 8-byte state word plus the map's entry; the quota and the clock live in
-/// one limiter shared by every key with that quota. A check on a key already present is one map
-/// lookup (a shard read lock in [`DashMap`]) and the limiter's own check: no allocation.
+/// Each key costs its own 8-byte state word plus the map's entry and its place in the eviction
+/// index; the quota and the clock live in one limiter shared by every key with that quota. A check
+/// on a key already present is one map lookup (a shard read lock in [`DashMap`]) and the limiter's
+/// own check: no allocation.
 ///
 /// # Bounded memory
 ///
-/// At most `max_keys` keys are kept, without the caller doing anything: when a new key arrives at
-/// the cap, the keys whose bucket is full again are dropped first. A full bucket is exactly a
-/// fresh one, so a dropped key that comes back is admitted exactly as if it had stayed: eviction
-/// never over-admits. If no bucket is full, the new key is refused (a denial whose `retry_after`
-/// is the soonest refill seen in that sweep, an estimate) rather than admitted past the cap, and
-/// further sweeps back off so that a flood of new keys costs no more than a constant per key.
-/// [`Keyed::retain_recent`] and [`Keyed::shrink`] do the same sweep on demand.
+/// At most `max_keys` keys are held, at every instant ([`Keyed::len`] never reads more), without
+/// the caller doing anything. When a new key arrives at the cap, the key whose bucket is full again
+/// soonest is found in an index ordered by that instant, and dropped if its bucket is full now. A
+/// full bucket is exactly a fresh one, so a dropped key that comes back is admitted exactly as if
+/// it had stayed: eviction never over-admits. If no bucket is full yet, the new key is refused
+/// with a decision for which [`Decision::is_table_full`] holds (a `503`, not a `429`), whose
+/// `retry_after` is the instant the first held bucket is full again: waiting it lets the key in
+/// unless another new key takes that place first. Finding a key to evict costs a heap step, not a
+/// pass over the map, and a check on a held key never waits for it. Nothing is allocated for a
+/// refused key, and a peek (`n = 0`) at a new key answers as a fresh bucket and takes no place.
+///
+/// With a quota function, keys with equal quotas share one limiter, kept only while a held key
+/// uses it: memory stays bounded by the cap whatever the function returns.
+/// [`Keyed::retain_recent`] and [`Keyed::shrink`] drop every full bucket on demand.
+///
+/// All limiters that `make` builds must read the same clock: the eviction index compares their
+/// instants.
 ///
 /// # Examples
 ///
@@ -65,21 +78,36 @@ impl<L: KeyedLimiter> KeyEntry<L> {
 /// assert_eq!((0..20).filter(|_| keyed.check_key(&7).is_allowed()).count(), 2);
 /// assert_eq!(keyed.len(), 2);
 /// ```
+///
+/// A full table answers differently from a key over its rate:
+///
+/// ```
+/// use atomic_limiter::{Keyed, ManualClock, Quota};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let keyed = Keyed::gcra_with_clock(Quota::per_second(1), 1, clock.clone());
+/// assert!(keyed.check_key(&"alice").is_allowed());
+/// let over_rate = keyed.check_key(&"alice");
+/// assert!(over_rate.is_denied() && !over_rate.is_table_full()); // 429
+/// let no_room = keyed.check_key(&"bob");
+/// assert!(no_room.is_table_full()); // 503
+/// clock.advance(no_room.retry_after());
+/// assert!(keyed.check_key(&"bob").is_allowed()); // alice's bucket was full: she made room
+/// ```
 pub struct Keyed<K, L, M = DashMap<K, KeyEntry<L>, DefaultHasher>> {
     store: M,
     /// The quota of every key, or `None` with a quota function.
     shared: Option<Arc<L>>,
     quota_for: Option<QuotaFn<K>>,
     make: Box<dyn Fn(Quota) -> L + Send + Sync>,
-    /// One shared limiter per distinct quota the quota function returns.
+    /// One shared limiter per distinct quota the quota function returns, while a key uses it.
     by_quota: DashMap<Quota, Arc<L>, DefaultHasher>,
     max_keys: usize,
-    /// Keys held (an exact count: slots are reserved before inserting).
+    /// Keys held, or being inserted: never above `max_keys` (a place is taken before inserting).
     count: AtomicUsize,
-    /// New keys to refuse before the next sweep, after a sweep that freed nothing.
-    backoff: AtomicUsize,
-    /// The soonest refill the last fruitless sweep saw, in ns: a refused new key's retry estimate.
-    soonest_ns: crate::sync::AtomicU64,
+    /// Held keys by when their bucket is full again.
+    due: Mutex<DueQueue<K>>,
 }
 
 impl<K, L, M> core::fmt::Debug for Keyed<K, L, M> {
@@ -165,8 +193,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             by_quota: DashMap::with_hasher(DefaultHasher::new()),
             max_keys: max_keys.max(1),
             count: AtomicUsize::new(0),
-            backoff: AtomicUsize::new(0),
-            soonest_ns: crate::sync::AtomicU64::new(0),
+            due: Mutex::new(DueQueue::new()),
         }
     }
 
@@ -176,7 +203,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         match self.check_key_n(key, 1) {
             Ok(d) => d,
             // Only a quota function can give a key a burst below 1, and quotas cannot.
-            Err(_) => self.refusal(),
+            Err(_) => Decision::new(false, 1, Detail::TableFull { retry_ns: u64::MAX }),
         }
     }
 
@@ -205,15 +232,37 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         }
     }
 
-    /// A key not (or no longer) in the map: reserve a slot, insert a fresh limiter, check it.
+    /// A key not (or no longer) held: take a place, insert a fresh limiter, check it.
     #[cold]
     #[inline(never)]
     fn check_new(&self, key: &K, n: u32) -> Result<Decision, InsufficientCapacity> {
-        let limiter = self.limiter_for(key);
-        InsufficientCapacity::check(n, limiter.quota().burst())?;
-        if !self.reserve() {
-            return Ok(self.refusal());
+        let quota = self.quota_of(key);
+        InsufficientCapacity::check(n, quota.burst())?;
+        if n == 0 {
+            // A peek at a key not held: a fresh bucket is full. Nothing is inserted.
+            return Ok(Decision::new(
+                true,
+                1,
+                Detail::Eager {
+                    remaining: u64::from(quota.burst()),
+                    retry_ns: 0,
+                    reset_ns: 0,
+                },
+            ));
         }
+        if let Err(no_room) = self.take_place() {
+            return Ok(Decision::new(
+                false,
+                1, // measured from the held key's own rounded reset
+                Detail::TableFull {
+                    retry_ns: no_room.unwrap_or(1),
+                },
+            ));
+        }
+        // Only now, with a place, is anything allocated for the key.
+        let limiter = self.limiter_for(key, quota);
+        // Read before the check reads its own, so the instant filed below is a lower bound.
+        let before = limiter.now_ns();
         let (answer, inserted) = self.store.with_inserted(
             key.clone(),
             || KeyEntry {
@@ -222,103 +271,141 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             },
             |e| e.check(n),
         );
-        if !inserted {
-            // Another thread inserted the key first: give the slot back.
+        if inserted {
+            // Full again at the latest when this first check's debt is paid; re-filed if used.
+            let at = answer.map_or(before, |d| {
+                before.saturating_add(duration_ns(d.reset_after()))
+            });
+            self.due
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(key.clone(), at);
+        } else {
+            // Another thread inserted the key first: give the place back.
             // Relaxed: a counter; its RMWs are all the synchronisation it needs.
             self.count.fetch_sub(1, Ordering::Relaxed);
+            drop(limiter);
+            self.forget_unused(&quota);
         }
         answer
     }
 
-    fn limiter_for(&self, key: &K) -> Arc<L> {
+    /// The quota `key` is held to.
+    fn quota_of(&self, key: &K) -> Quota {
+        match (&self.shared, &self.quota_for) {
+            (Some(shared), _) => *shared.quota(),
+            (None, Some(f)) => f(key),
+            (None, None) => unreachable_quota(),
+        }
+    }
+
+    fn limiter_for(&self, key: &K, quota: Quota) -> Arc<L> {
+        let _ = key;
         if let Some(shared) = &self.shared {
             return shared.clone();
         }
-        let quota = self
-            .quota_for
-            .as_ref()
-            .map_or_else(unreachable_quota, |f| f(key));
         self.by_quota
             .entry(quota)
             .or_insert_with(|| Arc::new((self.make)(quota)))
             .clone()
     }
 
-    /// Takes a slot for a new key, sweeping full buckets out when at the cap.
-    fn reserve(&self) -> bool {
-        // Relaxed: the count's RMWs alone keep it exact; it guards no other memory.
-        if self.count.fetch_add(1, Ordering::Relaxed) < self.max_keys {
-            return true;
-        }
-        self.count.fetch_sub(1, Ordering::Relaxed);
-        // After a fruitless sweep, refuse new keys for a while instead of sweeping each time.
-        // Relaxed: a heuristic counter; a lost decrement only delays the next sweep.
-        let skip = self.backoff.load(Ordering::Relaxed);
-        if skip > 0 {
-            self.backoff.store(skip - 1, Ordering::Relaxed);
-            return false;
-        }
-        if self.sweep() == 0 {
-            self.backoff
-                .store((self.max_keys / 16).max(1), Ordering::Relaxed);
-            return false;
-        }
-        self.count.fetch_add(1, Ordering::Relaxed) < self.max_keys || {
-            self.count.fetch_sub(1, Ordering::Relaxed);
-            false
+    /// Drops the shared limiter of `quota` if no held key uses it any more. The check runs under
+    /// the map's shard lock, where every new user of it is made, so none can appear meanwhile.
+    fn forget_unused(&self, quota: &Quota) {
+        if self.shared.is_none() {
+            self.by_quota
+                .remove_if(quota, |_, limiter| Arc::strong_count(limiter) == 1);
         }
     }
 
-    /// Drops every key whose bucket is full again; returns how many.
-    fn sweep(&self) -> usize {
-        let mut removed = 0;
-        let mut soonest = u64::MAX;
-        self.store.remove_where(|_, e| {
-            let d = e.limiter.check_state(&e.state, 0);
-            let wait = u64::try_from(d.reset_after().as_nanos()).unwrap_or(u64::MAX);
-            if wait == 0 {
-                removed += 1;
-                true
-            } else {
-                soonest = soonest.min(wait);
-                false
+    /// Takes a place for a new key, evicting a full bucket when at the cap. `Err` tells when the
+    /// soonest held bucket is full again, in ns from now.
+    fn take_place(&self) -> Result<(), NoRoom> {
+        loop {
+            // Relaxed: the count's RMWs alone keep it exact; it guards no other memory. Never
+            // above the cap, even for a moment.
+            if self
+                .count
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+                    (c < self.max_keys).then_some(c + 1)
+                })
+                .is_ok()
+            {
+                return Ok(());
             }
-        });
-        // Relaxed: as in `reserve`.
-        self.count.fetch_sub(removed, Ordering::Relaxed);
-        self.soonest_ns.store(soonest, Ordering::Relaxed);
-        removed
+            self.evict_one()?;
+        }
     }
 
-    fn refusal(&self) -> Decision {
-        // Relaxed: an estimate for the caller, read once.
-        let soonest = self.soonest_ns.load(Ordering::Relaxed);
-        Decision::new(
-            false,
-            1,
-            Detail::Eager {
-                remaining: 0,
-                retry_ns: soonest,
-                reset_ns: soonest,
-            },
-        )
+    /// Evicts the held key whose bucket is full soonest, if it is full now.
+    fn evict_one(&self) -> Result<(), NoRoom> {
+        let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
+        due.evict_one(|key| {
+            let seen = self.store.with_existing(key, |e| {
+                // Read before the peek reads its own: `t + reset` is not later than the instant
+                // the bucket is full, and `reset` from now is not shorter.
+                let t = e.limiter.now_ns();
+                let reset = duration_ns(e.limiter.check_state(&e.state, 0).reset_after());
+                (t, reset, *e.limiter.quota())
+            });
+            let Some((t, reset, quota)) = seen else {
+                return Front::Gone;
+            };
+            if reset == 0
+                && self.store.remove_if(key, |e| {
+                    // Decided again under the entry's lock: nobody drained it in between.
+                    e.limiter.check_state(&e.state, 0).reset_after().is_zero()
+                })
+            {
+                // Relaxed: as in `take_place`.
+                self.count.fetch_sub(1, Ordering::Relaxed);
+                self.forget_unused(&quota);
+                return Front::Evicted;
+            }
+            Front::FullAt {
+                at: t.saturating_add(reset),
+                wait: reset,
+            }
+        })
     }
 
     /// Drops the keys whose bucket is full again (they lose nothing: a full bucket is a fresh one);
     /// returns how many.
     pub fn retain_recent(&self) -> usize {
-        self.backoff.store(0, Ordering::Relaxed);
-        self.sweep()
+        let mut removed = 0;
+        self.store.remove_where(|_, e| {
+            let full = e.limiter.check_state(&e.state, 0).reset_after().is_zero();
+            removed += usize::from(full);
+            full
+        });
+        // Relaxed: as in `take_place`.
+        self.count.fetch_sub(removed, Ordering::Relaxed);
+        if self.shared.is_none() {
+            self.by_quota
+                .retain(|_, limiter| Arc::strong_count(limiter) > 1);
+        }
+        self.due
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|key| self.store.with_existing(key, |_| ()).is_some());
+        removed
     }
 
     /// [`Keyed::retain_recent`], then gives the freed memory back.
     pub fn shrink(&self) -> usize {
         let removed = self.retain_recent();
         self.store.shrink_to_fit();
+        self.by_quota.shrink_to_fit();
+        self.due
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .shrink_to_fit();
         removed
     }
 
-    /// How many keys are held.
+    /// How many keys are held (places taken by insertions under way included): never more than
+    /// [`Keyed::max_keys`].
     pub fn len(&self) -> usize {
         // Relaxed: a snapshot.
         self.count.load(Ordering::Relaxed)
@@ -335,7 +422,11 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     }
 }
 
-/// `limiter_for` without a shared limiter always has a quota function (the constructors set one
+fn duration_ns(d: core::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `quota_of` without a shared limiter always has a quota function (the constructors set one
 /// or the other); this keeps the code free of a panic path all the same.
 #[cold]
 fn unreachable_quota() -> Quota {

@@ -47,6 +47,10 @@ pub trait KeyedLimiter: RateLimiter + Send + Sync + sealed::Sealed {
     /// used, never past full ([`Sharded`](crate::Sharded)'s gather, undone half-way).
     #[doc(hidden)]
     fn give_back(&self, n: u32);
+
+    /// The limiter's clock, read now, in nanoseconds.
+    #[doc(hidden)]
+    fn now_ns(&self) -> u64;
 }
 
 /// Both lock-free limiters keep their state in one `StateCell` and run their step on any cell.
@@ -78,6 +82,10 @@ macro_rules! keyed_limiter {
 
             fn give_back(&self, n: u32) {
                 $limiter::give_back(self, n)
+            }
+
+            fn now_ns(&self) -> u64 {
+                self.clock().now()
             }
 
             #[inline]

@@ -22,6 +22,10 @@ pub trait KeyedStore<K, V> {
     /// concurrent checks).
     fn remove_where(&self, remove: impl FnMut(&K, &V) -> bool);
 
+    /// Removes the key's entry if `remove` says so, decided with the entry locked against
+    /// concurrent checks; returns whether it was removed.
+    fn remove_if(&self, key: &K, remove: impl FnOnce(&V) -> bool) -> bool;
+
     /// Frees memory left by removed entries, if the map can.
     fn shrink_to_fit(&self) {}
 }
@@ -48,6 +52,11 @@ impl<K: Eq + Hash, V, S: BuildHasher + Clone> KeyedStore<K, V> for DashMap<K, V,
 
     fn remove_where(&self, mut remove: impl FnMut(&K, &V) -> bool) {
         self.retain(|k, v| !remove(k, v));
+    }
+
+    fn remove_if(&self, key: &K, remove: impl FnOnce(&V) -> bool) -> bool {
+        // The shard's write lock is held while `remove` decides.
+        DashMap::remove_if(self, key, |_, v| remove(v)).is_some()
     }
 
     fn shrink_to_fit(&self) {

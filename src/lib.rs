@@ -81,6 +81,8 @@ mod insufficient_capacity;
 #[cfg(feature = "std")]
 mod keyed;
 #[cfg(feature = "std")]
+mod keyed_due;
+#[cfg(feature = "std")]
 mod keyed_limiter;
 #[cfg(feature = "std")]
 mod keyed_store;

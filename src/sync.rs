@@ -51,6 +51,13 @@ pub(crate) use core::sync::atomic::Ordering;
 #[cfg(not(atomic_limiter_loom))]
 pub(crate) use alloc::sync::Arc;
 
+/// The mutex behind a keyed limiter's eviction index: loom's under the loom cfg, so that a model
+/// that reaches the cap sees it.
+#[cfg(all(atomic_limiter_loom, feature = "loom"))]
+pub(crate) use loom::sync::Mutex;
+#[cfg(all(not(atomic_limiter_loom), feature = "std"))]
+pub(crate) use std::sync::Mutex;
+
 /// A small number for the calling thread, assigned once from a global counter (round robin), from
 /// which a sharded limiter picks the thread's home shard. A thread keeps its number for life.
 #[cfg(all(feature = "std", not(atomic_limiter_loom)))]

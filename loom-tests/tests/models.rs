@@ -355,6 +355,14 @@ mod keyed {
         fn remove_where(&self, mut remove: impl FnMut(&u32, &V) -> bool) {
             self.map.lock().unwrap().retain(|k, v| !remove(k, v));
         }
+
+        fn remove_if(&self, key: &u32, remove: impl FnOnce(&V) -> bool) -> bool {
+            let mut map = self.map.lock().unwrap();
+            match map.get(key) {
+                Some(v) if remove(v) => map.remove(key).is_some(),
+                _ => false,
+            }
+        }
     }
 
     type L = Gcra<ManualClock>;
