@@ -1,4 +1,5 @@
 use crate::state_cell::{StateCell, Step};
+use crate::token_bucket::settle;
 use crate::{Clock, Decision, Gcra, RateLimiter, TokenBucket};
 
 /// One key's state in a [`Keyed`](crate::Keyed) limiter: the limiter's 8-byte state word, and
@@ -14,6 +15,8 @@ pub struct KeyState(pub(crate) StateCell);
 pub struct Seen {
     now: u64,
     word: u64,
+    /// Whether `now` was read after the word was loaded (see `token_bucket_math::Reading`).
+    fresh: bool,
 }
 
 mod sealed {
@@ -70,14 +73,18 @@ macro_rules! keyed_limiter {
 
             #[inline]
             fn take_state(&self, state: &KeyState, n: u32) -> Seen {
-                let now = self.reading();
-                let seen = self.take_at(state, now, n);
-                if !crate::clock::is_coarse(self.clock()) || self.decision_of(seen, n).is_allowed()
+                let seen = self.take_at(state, self.reading(), n, false);
+                if !crate::clock::is_coarse(self.clock()) || self.decide_seen(seen, n).is_allowed()
                 {
                     return seen;
                 }
                 // A denial on a coarse reading: decided again on a fresh one, as `check_state`.
-                self.take_at(state, self.fresh_reading(), n)
+                self.take_at(state, self.fresh_reading(), n, true)
+            }
+
+            #[inline]
+            fn decision_of(&self, seen: Seen, n: u32) -> Decision {
+                self.decide_seen(seen, n)
             }
 
             fn give_back(&self, n: u32) {
@@ -87,15 +94,6 @@ macro_rules! keyed_limiter {
             fn now_ns(&self) -> u64 {
                 self.clock().now()
             }
-
-            #[inline]
-            fn decision_of(&self, seen: Seen, n: u32) -> Decision {
-                // The step is a pure function of the word and the reading: run on the word the
-                // final decision was made on, it gives that decision again.
-                match self.step(seen.now, n)(seen.word) {
-                    Step::Store(_, d) | Step::Keep(d) => d,
-                }
-            }
         }
     };
 }
@@ -103,28 +101,64 @@ macro_rules! keyed_limiter {
 keyed_limiter!(Gcra);
 keyed_limiter!(TokenBucket);
 
-/// [`KeyedLimiter::take_state`] at a given reading, for both limiters.
+/// [`KeyedLimiter::take_state`] at a given reading, and the decision it made, for each limiter.
+/// The transition answers with the word it decided on instead of the decision; its CAS loop and
+/// outcome are exactly `check_state`'s. The step is a pure function of the word and the reading:
+/// run again on the word the final decision was made on, it gives that decision again.
 trait TakeAt {
-    fn take_at(&self, state: &KeyState, now: u64, n: u32) -> Seen;
+    fn take_at(&self, state: &KeyState, now: u64, n: u32, fresh: bool) -> Seen;
+    fn decide_seen(&self, seen: Seen, n: u32) -> Decision;
 }
 
-macro_rules! take_at {
-    ($limiter:ident) => {
-        impl<C: Clock> TakeAt for $limiter<C> {
-            #[inline]
-            fn take_at(&self, state: &KeyState, now: u64, n: u32) -> Seen {
-                let step = self.step(now, n);
-                // The same step, answering with the word it decided on instead of the decision:
-                // the CAS loop and its outcome are exactly `check_state`'s.
-                let word = state.0.update(|w| match step(w) {
-                    Step::Store(new, _) => Step::Store(new, w),
-                    Step::Keep(_) => Step::Keep(w),
-                });
-                Seen { now, word }
-            }
+impl<C: Clock> TakeAt for Gcra<C> {
+    #[inline]
+    fn take_at(&self, state: &KeyState, now: u64, n: u32, fresh: bool) -> Seen {
+        let step = self.step(now, n);
+        let word = state.0.update(|w| match step(w) {
+            Step::Store(new, _) => Step::Store(new, w),
+            Step::Keep(_) => Step::Keep(w),
+        });
+        Seen { now, word, fresh }
+    }
+
+    #[inline]
+    fn decide_seen(&self, seen: Seen, n: u32) -> Decision {
+        match self.step(seen.now, n)(seen.word) {
+            Step::Store(_, d) | Step::Keep(d) => d,
         }
-    };
+    }
 }
 
-take_at!(Gcra);
-take_at!(TokenBucket);
+impl<C: Clock> TakeAt for TokenBucket<C> {
+    #[inline]
+    fn take_at(&self, state: &KeyState, now: u64, n: u32, fresh: bool) -> Seen {
+        let reading = if fresh {
+            self.fresh_mode()
+        } else {
+            self.mode()
+        };
+        let step = self.step_in(now, n, reading);
+        let word = state.0.update(|w| match step(w) {
+            Step::Store(new, _) => Step::Store(new, Some(w)),
+            Step::Keep(Some(_)) => Step::Keep(Some(w)),
+            // A reading that may be stale: settled by one taken after the word.
+            Step::Keep(None) => Step::Keep(None),
+        });
+        match word {
+            Some(word) => Seen { now, word, fresh },
+            None => self.take_at(state, self.fresh_reading(), n, true),
+        }
+    }
+
+    #[inline]
+    fn decide_seen(&self, seen: Seen, n: u32) -> Decision {
+        let reading = if seen.fresh {
+            self.fresh_mode()
+        } else {
+            self.mode()
+        };
+        match self.step_in(seen.now, n, reading)(seen.word) {
+            Step::Store(_, d) | Step::Keep(d) => settle(d),
+        }
+    }
+}

@@ -3,7 +3,7 @@ use crate::clock::DefaultClock;
 use crate::clock::{Clock, is_coarse};
 use crate::decision::Detail;
 use crate::state_cell::{StateCell, Step};
-use crate::token_bucket_math::{self, BucketParams, Outcome};
+use crate::token_bucket_math::{self, BucketParams, Outcome, Reading};
 use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
 
 /// A lock-free token bucket: fixed-point tokens and the tick of the last refill packed in one
@@ -82,15 +82,22 @@ impl<C: Clock> TokenBucket<C> {
     }
 
     /// The longest idle after which the bucket is still read exactly (full once the fill time
-    /// has passed). Longer idles are read modulo the stamp cycle; see `docs/design.md`.
+    /// has passed): the stamp cycle less a millisecond on a monotonic clock
+    /// ([`Clock::is_monotonic`]), three quarters of it on others. Longer idles are read modulo
+    /// the cycle; see `docs/design.md`.
     pub fn idle_horizon(&self) -> core::time::Duration {
-        core::time::Duration::from_nanos(self.params.idle_horizon_ns())
+        let monotonic = self.clock.is_monotonic();
+        core::time::Duration::from_nanos(self.params.idle_horizon_ns(monotonic))
     }
 
     /// The largest backwards clock step the bucket tells apart from a long idle; up to it, a
-    /// backwards step refills nothing and grants nothing.
+    /// backwards step refills nothing and grants nothing. A quarter of the stamp cycle on a clock
+    /// that may step back; on a monotonic one, the millisecond its cores may differ by (stale
+    /// readings from other threads are settled by a fresh one, whatever their age up to half
+    /// the cycle).
     pub fn backward_tolerance(&self) -> core::time::Duration {
-        core::time::Duration::from_nanos(self.params.backward_tolerance_ns())
+        let monotonic = self.clock.is_monotonic();
+        core::time::Duration::from_nanos(self.params.backward_tolerance_ns(monotonic))
     }
 
     /// The length of one tick, the bucket's time resolution.
@@ -130,18 +137,40 @@ impl<C: Clock> TokenBucket<C> {
     /// keep one word per key and share the rest).
     #[inline]
     pub(crate) fn run_on(&self, cell: &StateCell, n: u32) -> Decision {
-        let d = cell.update(self.step(self.reading(), n));
+        let Some(d) = cell.update(self.step(self.reading(), n)) else {
+            return self.fresh_on(cell, n);
+        };
         if d.is_allowed() || !is_coarse(&self.clock) {
             return d;
         }
-        self.confirm_on(cell, n)
+        self.fresh_on(cell, n)
     }
 
-    /// A denial made on a coarse reading, decided again on a fresh one.
+    /// The check decided again on a fresh reading: a denial made on a coarse one, or a reading
+    /// that may be stale (see [`Reading`]).
     #[cold]
     #[inline(never)]
-    fn confirm_on(&self, cell: &StateCell, n: u32) -> Decision {
-        cell.update(self.step(self.fresh_reading(), n))
+    fn fresh_on(&self, cell: &StateCell, n: u32) -> Decision {
+        settle(cell.update(self.step_in(self.fresh_reading(), n, self.fresh_mode())))
+    }
+
+    /// How this bucket's clock readings are trusted.
+    #[inline]
+    pub(crate) fn mode(&self) -> Reading {
+        if self.clock.is_monotonic() {
+            Reading::Monotonic
+        } else {
+            Reading::Any
+        }
+    }
+
+    /// How a reading taken after the word was loaded is trusted.
+    pub(crate) fn fresh_mode(&self) -> Reading {
+        if self.clock.is_monotonic() {
+            Reading::Fresh
+        } else {
+            Reading::Any
+        }
     }
 
     /// The clock reading in the units [`TokenBucket::step`] takes (nanoseconds).
@@ -160,23 +189,32 @@ impl<C: Clock> TokenBucket<C> {
         self.params.full(self.clock.now())
     }
 
-    /// The bucket step at `now` (ns) for `n` tokens, as `StateCell` runs it. A denial decided on a
-    /// stale word stands for any later word too: later words hold no more tokens at any given
-    /// time (admissions only take, refills are capped the same way).
+    /// The bucket step at `now` (ns) for `n` tokens, as `StateCell` runs it, trusting the
+    /// reading as the clock allows; `None` asks for a fresh reading. A denial decided on a stale
+    /// word stands for any later word too: later words hold no more tokens at any given time
+    /// (admissions only take, refills are capped the same way).
     #[inline]
-    pub(crate) fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Decision> + '_ {
+    pub(crate) fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Option<Decision>> + '_ {
+        self.step_in(now, n, self.mode())
+    }
+
+    /// [`TokenBucket::step`] with the reading trusted as `reading` says.
+    #[inline]
+    pub(crate) fn step_in(
+        &self,
+        now: u64,
+        n: u32,
+        reading: Reading,
+    ) -> impl Fn(u64) -> Step<Option<Decision>> + '_ {
         let resolution = self.clock.resolution();
-        move |word| match token_bucket_math::decide(word, now, n, &self.params) {
-            Outcome::Deny { figures } => {
-                Step::Keep(Decision::new(false, resolution, Detail::Bucket(figures)))
-            }
-            Outcome::Allow { figures, .. } if n == 0 => {
-                Step::Keep(Decision::new(true, resolution, Detail::Bucket(figures)))
-            }
-            Outcome::Allow { word, figures } => Step::Store(
-                word,
-                Decision::new(true, resolution, Detail::Bucket(figures)),
-            ),
+        let decision = move |allowed, figures| {
+            Some(Decision::new(allowed, resolution, Detail::Bucket(figures)))
+        };
+        move |word| match token_bucket_math::decide(word, now, n, &self.params, reading) {
+            Outcome::Deny { figures } => Step::Keep(decision(false, figures)),
+            Outcome::Allow { figures, .. } if n == 0 => Step::Keep(decision(true, figures)),
+            Outcome::Allow { word, figures } => Step::Store(word, decision(true, figures)),
+            Outcome::Recheck => Step::Keep(None),
         }
     }
 
@@ -197,7 +235,7 @@ impl<C: Clock> TokenBucket<C> {
     #[cfg(atomic_limiter_loom)]
     #[doc(hidden)]
     pub fn loom_broken_check_n(&self, n: u32) -> Decision {
-        self.word.update_racy(self.step(self.clock.now(), n))
+        settle(self.word.update_racy(self.step(self.clock.now(), n)))
     }
 
     /// For the loom models: the raw state word.
@@ -206,6 +244,21 @@ impl<C: Clock> TokenBucket<C> {
     pub fn loom_state(&self) -> u64 {
         self.word.load()
     }
+}
+
+/// A step's answer on a reading that needs no other: only a possibly stale reading asks for a
+/// fresh one, so this never sees `None`; were it to, it refuses (never over-admits).
+#[inline]
+pub(crate) fn settle(answer: Option<Decision>) -> Decision {
+    answer.unwrap_or(Decision::new(
+        false,
+        1,
+        Detail::Eager {
+            remaining: 0,
+            retry_ns: 1,
+            reset_ns: 1,
+        },
+    ))
 }
 
 impl<C: Clock> RateLimiter for TokenBucket<C> {

@@ -41,11 +41,22 @@
 //!
 //! # Clock steps and the idle horizon
 //!
-//! The elapsed ticks `e = (now_tick - stamp) mod 2^stamp_bits` are read as a step forward when
-//! `e < 3/4` of the cycle (the *idle horizon*), and as a clock that stepped back otherwise (up to a
-//! quarter cycle, the *backward tolerance*): then nothing is refilled and the stamp is kept, so
-//! the time is not counted twice when the clock comes back. `docs/design.md` has the numbers and
-//! what happens past either bound.
+//! The elapsed ticks `e = (now_tick - stamp) mod 2^stamp_bits` (the cycle `C = 2^stamp_bits`)
+//! are read by how far the reading can be trusted ([`Reading`]):
+//!
+//! | `e` | any clock | a monotonic clock | the same, on a fresh reading |
+//! |---|---|---|---|
+//! | `[0, C/2)` | an idle of `e` | an idle of `e` | an idle of `e` |
+//! | `[C/2, 3C/4)` | an idle of `e` | stale or a wrap: read the clock again | an idle of `e` |
+//! | `[3C/4, C - L)` | the clock stepped back | stale or a wrap: read the clock again | an idle of `e` |
+//! | `[C - L, C)` | the clock stepped back | behind by less than `L`: a stall | a stall |
+//!
+//! A reading behind the stamp refills nothing and keeps the stamp, so the time is not counted
+//! twice when the clock comes back. `L` ([`BucketParams::stall_from`]) covers a stamp re-phased a
+//! few ticks ahead and cores whose clocks differ by up to a millisecond. On a monotonic clock a
+//! reading far behind the stamp is either stale (taken by a thread that then waited) or an idle
+//! that wrapped the cycle: a reading taken after the word was loaded cannot be stale, so it
+//! tells them apart. `docs/design.md` has the numbers and what happens past the cycle.
 
 use crate::Quota;
 
@@ -136,10 +147,31 @@ impl BucketParams {
         (1 << width) - 1
     }
 
-    /// Elapsed readings at or above this many ticks are a clock that stepped back.
+    /// Elapsed readings at or above this many ticks are a clock that stepped back (any clock).
     #[inline]
     const fn backward_from(&self) -> u64 {
         3 << (self.stamp_bits() - 2)
+    }
+
+    /// Elapsed readings at or above this many ticks are a stall on a monotonic clock: the last
+    /// `L` ticks of the cycle, `L` the larger of 8 ticks and 2^20 ns, at most a quarter cycle.
+    #[inline]
+    pub(crate) const fn stall_from(&self) -> u64 {
+        let quarter = 1u64 << (self.stamp_bits() - 2);
+        let ms = if self.shift >= 20 {
+            0
+        } else {
+            1u64 << (20 - self.shift)
+        };
+        let l = if ms > 8 { ms } else { 8 };
+        let l = if l < quarter { l } else { quarter };
+        self.stamp_mask() + 1 - l
+    }
+
+    /// Elapsed readings at or above this many ticks, on a monotonic clock, are read again.
+    #[inline]
+    const fn recheck_from(&self) -> u64 {
+        1 << (self.stamp_bits() - 1)
     }
 
     /// Units refilled from tick 0 to `tick`, rounded down.
@@ -213,9 +245,15 @@ impl BucketParams {
         1 << self.shift
     }
 
-    /// How long an idle stays readable, in ns (saturating): 3/4 of the stamp cycle.
-    pub(crate) const fn idle_horizon_ns(&self) -> u64 {
-        let ns = (self.backward_from() as u128) << self.shift;
+    /// How long an idle stays readable, in ns (saturating): 3/4 of the stamp cycle, or all of it
+    /// but the stall margin on a monotonic clock.
+    pub(crate) const fn idle_horizon_ns(&self, monotonic: bool) -> u64 {
+        let ticks = if monotonic {
+            self.stall_from()
+        } else {
+            self.backward_from()
+        };
+        let ns = (ticks as u128) << self.shift;
         if ns > u64::MAX as u128 {
             u64::MAX
         } else {
@@ -223,11 +261,18 @@ impl BucketParams {
         }
     }
 
-    /// The largest backwards clock step told apart from a long idle, in ns (saturating): a
-    /// quarter of the stamp cycle, less the four ticks a re-phased stamp may sit ahead of the
-    /// clock and one tick of rounding.
-    pub(crate) const fn backward_tolerance_ns(&self) -> u64 {
-        let ns = ((1u128 << (self.stamp_bits() - 2)) - 5) << self.shift;
+    /// The largest backwards clock step told apart from a long idle, in ns (saturating), less
+    /// the four ticks a re-phased stamp may sit ahead of the clock and one tick of rounding: a
+    /// quarter of the stamp cycle, or the stall margin on a monotonic clock (whose readings only
+    /// trail each other by stale reads, which a fresh reading settles).
+    pub(crate) const fn backward_tolerance_ns(&self, monotonic: bool) -> u64 {
+        let from = if monotonic {
+            self.stall_from()
+        } else {
+            self.backward_from()
+        };
+        let ticks = self.stamp_mask() + 1 - from;
+        let ns = ((ticks - 5) as u128) << self.shift;
         if ns > u64::MAX as u128 {
             u64::MAX
         } else {
@@ -314,17 +359,44 @@ pub(crate) enum Outcome {
     Allow { word: u64, figures: BucketFigures },
     /// Store nothing.
     Deny { figures: BucketFigures },
+    /// Nothing decided: read the clock again and decide on [`Reading::Fresh`].
+    Recheck,
+}
+
+/// How far a clock reading can be trusted (see the module docs' table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// A clock that may step back.
+    Any,
+    /// A monotonic clock, read before the word was loaded (so possibly stale).
+    Monotonic,
+    /// A monotonic clock, read after the word was loaded.
+    Fresh,
 }
 
 /// The bucket refilled to `now_ns`: `(base, held, stamp)`, the absolute tick refills count from,
-/// the units held, and the stamp to store with them.
+/// the units held, and the stamp to store with them; `None` when the reading must be taken again.
 #[inline]
-const fn refilled(word: u64, now_ns: u64, p: &BucketParams) -> (u128, u64, u64) {
+const fn refilled(
+    word: u64,
+    now_ns: u64,
+    p: &BucketParams,
+    reading: Reading,
+) -> Option<(u128, u64, u64)> {
     let (stamp, tokens) = p.unpack(word);
     let now_tick = now_ns >> p.shift;
     let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
+    let behind_from = match reading {
+        Reading::Any => p.backward_from(),
+        Reading::Monotonic | Reading::Fresh => p.stall_from(),
+    };
+    // Stale, or an idle past half the cycle? Only a reading taken after the word can tell.
+    if matches!(reading, Reading::Monotonic) && elapsed >= p.recheck_from() && elapsed < behind_from
+    {
+        return None;
+    }
     // Did the clock step back behind the stamp? Then refill nothing and keep the stamp.
-    if elapsed >= p.backward_from() {
+    Some(if elapsed >= behind_from {
         let behind = p.stamp_mask() - elapsed + 1;
         let stamp_abs = now_tick as u128 + behind as u128;
         // Refills count from a stamp still ahead (set when the bucket was last full, or before the
@@ -371,13 +443,21 @@ const fn refilled(word: u64, now_ns: u64, p: &BucketParams) -> (u128, u64, u64) 
                 (now_tick as u128, tokens + refill, now_tick)
             }
         }
-    }
+    })
 }
 
 /// One token-bucket step for `n <= burst` tokens at `now_ns`.
 #[inline]
-pub(crate) const fn decide(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> Outcome {
-    let (base, held, stamp) = refilled(word, now_ns, p);
+pub(crate) const fn decide(
+    word: u64,
+    now_ns: u64,
+    n: u32,
+    p: &BucketParams,
+    reading: Reading,
+) -> Outcome {
+    let Some((base, held, stamp)) = refilled(word, now_ns, p, reading) else {
+        return Outcome::Recheck;
+    };
     let cost = n as u64 * UNIT;
     if held >= cost {
         Outcome::Allow {
@@ -411,7 +491,10 @@ pub(crate) const fn give_back(word: u64, now_ns: u64, cost: u64, p: &BucketParam
     let (stamp, tokens) = p.unpack(word);
     let sum = tokens + cost;
     let topped = p.pack(stamp, if sum > p.cap { p.cap } else { sum });
-    let (_, held, stamp) = refilled(topped, now_ns, p);
+    // A step back is read as one (the conservative reading): a give-back never needs another.
+    let Some((_, held, stamp)) = refilled(topped, now_ns, p, Reading::Any) else {
+        return None;
+    };
     let new = p.pack(stamp, held);
     if new == word { None } else { Some(new) }
 }
@@ -492,6 +575,6 @@ mod tests {
         let p = BucketParams::new(&q);
         let fill_ticks = q.fill_time().as_nanos() >> p.shift;
         assert!(fill_ticks <= 1u128 << (p.stamp_bits() - FILL_FRACTION_BITS));
-        assert!(p.idle_horizon_ns() >= 16 * 3 / 4 * q.fill_time().as_nanos() as u64);
+        assert!(p.idle_horizon_ns(false) >= 16 * 3 / 4 * q.fill_time().as_nanos() as u64);
     }
 }

@@ -57,6 +57,12 @@ impl Clock for CoarseClock {
         UPKEEP_INTERVAL.as_nanos() as u64
     }
 
+    /// Both the recent time and the precise one come from one monotonic source.
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        true
+    }
+
     #[inline]
     fn now_fresh(&self) -> u64 {
         let d = self.clock.now().saturating_duration_since(self.origin);

@@ -47,6 +47,17 @@ pub trait Clock {
         1
     }
 
+    /// Whether readings never go back: a reading taken after another, in any thread, is not
+    /// smaller (up to differences between cores below a millisecond). The token bucket then
+    /// reads a reading far behind its stamp as stale or as a long idle, and settles which with a
+    /// fresh reading, instead of as a clock that stepped back (see
+    /// [`TokenBucket::idle_horizon`](crate::TokenBucket::idle_horizon)). Defaults to `false`:
+    /// a clock that may step back is read as one.
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        false
+    }
+
     /// A reading as fresh as the clock can give. A clock coarser than 1 ns may lag real time by
     /// more than its resolution (an upkeep thread held off the CPU); the limiters check a denial
     /// made on such a clock once more on this reading before answering, so that the retry-after
@@ -76,6 +87,10 @@ impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now_fresh(&self) -> u64 {
         (**self).now_fresh()
+    }
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        (**self).is_monotonic()
     }
 }
 

@@ -33,4 +33,10 @@ impl Clock for QuantaClock {
     fn now(&self) -> u64 {
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
     }
+
+    /// quanta reads the TSC only where it finds it stable, and the OS monotonic clock otherwise.
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        true
+    }
 }

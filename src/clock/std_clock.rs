@@ -33,4 +33,10 @@ impl Clock for StdClock {
         let ns = self.origin.elapsed().as_nanos();
         u64::try_from(ns).unwrap_or(u64::MAX)
     }
+
+    /// `Instant` is monotonic.
+    #[inline]
+    fn is_monotonic(&self) -> bool {
+        true
+    }
 }
