@@ -2,7 +2,7 @@
 //!
 //! `cargo run --example horizons`
 
-use atomic_limiter::{Gcra, ManualClock, Quota, TokenBucket};
+use atomic_limiter::{Gcra, ManualClock, Quota, StdClock, TokenBucket};
 use std::time::Duration;
 
 fn human(d: Duration) -> String {
@@ -41,19 +41,25 @@ fn main() {
             Quota::per_second(1_000_000_000).with_burst(64),
         ),
         ("per_minute(7)", Quota::per_minute(7)),
+        ("per_second(1_000_000)", Quota::per_second(1_000_000)),
+        ("per_second(10^9)", Quota::per_second(1_000_000_000)),
     ];
     println!(
-        "| quota | GCRA horizon | bucket tick | bucket idle horizon | bucket backward tolerance |"
+        "| quota | GCRA horizon | bucket tick | bucket idle horizon: monotonic clock / any clock | bucket backward tolerance: monotonic / any |"
     );
     println!("|---|---|---|---|---|");
     for (name, q) in quotas {
         let g = Gcra::with_clock(q, ManualClock::new());
+        // StdClock (like the default QuantaClock) is monotonic; ManualClock may step back.
+        let m = TokenBucket::with_clock(q, StdClock::new());
         let b = TokenBucket::with_clock(q, ManualClock::new());
         println!(
-            "| `{name}` | {} | {:?} | {} | {} |",
+            "| `{name}` | {} | {:?} | {} / {} | {} / {} |",
             human(g.horizon()),
             b.tick(),
+            human(m.idle_horizon()),
             human(b.idle_horizon()),
+            human(m.backward_tolerance()),
             human(b.backward_tolerance())
         );
     }

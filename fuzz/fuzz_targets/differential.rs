@@ -79,6 +79,10 @@ fuzz_target!(|input: Input| {
     .map_or(u64::MAX, |h| h.as_nanos() as u64 / 2);
     let mut log_model: VecDeque<u64> = VecDeque::new();
     let mut window_logs = [VecDeque::<(u64, u64)>::new(), VecDeque::new(), VecDeque::new()];
+    // The latest reading each window limiter has decided on: where a clock that stalled instead
+    // of stepping back would stand. (Not the harness's `latest`, which moves with readings no
+    // check saw.)
+    let mut window_seen = [start; 3];
     // The throttle, against exact arithmetic: tokens as a numerator over the interval that may go
     // negative (a queue); a reservation waits until it is back at zero.
     let throttle = Throttle::with_clock(quota, clock.clone());
@@ -153,13 +157,15 @@ fuzz_target!(|input: Input| {
             }
             assert!(n > 0 || d.is_allowed(), "window {i}: a peek was refused");
             assert!(d.is_allowed() || d.retry_after() > std::time::Duration::ZERO, "window {i}: a denial advertised no wait");
-            // A reading behind the latest one decides as a clock stalled there: admissions are
-            // timed at the latest reading, and the bound holds over those times.
+            // A reading behind the latest one decided on decides as a clock stalled there:
+            // admissions are timed at that reading, and the bound holds over those times.
+            window_seen[i] = window_seen[i].max(now);
+            let seen = window_seen[i];
             if d.is_allowed() && n > 0 {
-                window_logs[i].push_back((latest, u64::from(n)));
+                window_logs[i].push_back((seen, u64::from(n)));
             }
-            // Admissions in (latest - W, latest].
-            window_logs[i].retain(|&(t, _)| t.saturating_add(width) > latest);
+            // Admissions in (seen - W, seen].
+            window_logs[i].retain(|&(t, _)| t.saturating_add(width) > seen);
             let in_span: u64 = window_logs[i].iter().map(|&(_, k)| k).sum();
             assert!(in_span <= bound, "window {i}: {in_span} admitted within one window, bound {bound}");
         }

@@ -1,6 +1,7 @@
 //! Every constructor with arbitrary numbers: the fallible ones never panic, the panicking ones
-//! agree with them wherever they accept, and every accepted quota behaves: the first check passes,
-//! a denial reports a finite retry-after, and waiting it passes.
+//! agree with them wherever they accept, every rate up to 10^9 per interval constructs, the period
+//! kept is `per / rate` or that rounded up by less than 1/128 ns, and every accepted quota behaves:
+//! the first check passes, a denial reports a finite retry-after, and waiting it passes.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -58,7 +59,30 @@ fn behaves(quota: Quota, start: u64) {
     }
 }
 
+/// The period kept is `per / rate` when exact, else that rounded up by less than 1/128 ns.
+fn kept_period_is_honest(q: &Quota) {
+    let (t, d) = q.period_fraction();
+    assert!(d >= 1 && d <= Quota::MAX_DENOMINATOR, "{q:?}");
+    let (rate, per) = (u128::from(q.rate()), q.per().as_nanos());
+    // t/d against per/rate, cross-multiplied (per < 2^64, t < 2^64, d <= 128, rate < 2^64).
+    let (kept, asked) = (u128::from(t) * rate, per * u128::from(d));
+    if q.is_exact() {
+        assert_eq!(kept, asked, "{q:?}");
+    } else {
+        assert_eq!(d * (128 / d), 128, "{q:?}");
+        assert!(kept >= asked, "{q:?}: shorter than asked");
+        // (t - 1/(128/d)) / d < per / rate: less than 1/128 ns above.
+        assert!((u128::from(t) * 128 / u128::from(d) - 1) * rate < per * 128, "{q:?}");
+    }
+}
+
 fuzz_target!(|i: Input| {
+    // Every rate from a configuration constructs.
+    let n = i.rate % 1_000_000_000 + 1;
+    for q in [Quota::per_second(n), Quota::per_minute(n), Quota::per_hour(n)] {
+        assert_eq!(q.rate(), n);
+        kept_period_is_honest(&q);
+    }
     let per = Duration::new(i.per_secs, i.per_subsec % 1_000_000_000);
     let candidates = [
         Quota::try_new(i.rate, per, i.burst),
@@ -66,6 +90,7 @@ fuzz_target!(|i: Input| {
         Quota::try_new(1, Duration::from_nanos(i.per_ns), 1),
     ];
     for q in candidates.into_iter().flatten() {
+        kept_period_is_honest(&q);
         behaves(q, i.start);
         let _ = q.try_with_burst(i.burst);
     }
