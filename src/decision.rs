@@ -62,6 +62,7 @@ pub(crate) enum Detail {
     },
     /// A keyed limiter's table is full: a new key is refused until a held key's bucket is full
     /// again, `retry_ns` from now.
+    #[cfg_attr(not(feature = "std"), allow(dead_code))]
     TableFull { retry_ns: u64 },
 }
 

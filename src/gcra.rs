@@ -138,6 +138,7 @@ impl<C: Clock> Gcra<C> {
     }
 
     /// A fresh state word, full at the clock's current reading.
+    #[cfg(feature = "std")]
     pub(crate) fn fresh_word(&self) -> u64 {
         self.params.units(self.clock.now())
     }
@@ -151,6 +152,7 @@ impl<C: Clock> Gcra<C> {
         move |tat| gcra_math::meter(tat, now, n, &self.params, resolution)
     }
 
+    #[cfg(feature = "std")]
     /// Gives back `n` tokens taken moments ago and never used (a gather across shards that failed
     /// half-way): the TAT moves back by their cost, never behind now, so never past full.
     pub(crate) fn give_back(&self, n: u32) {

@@ -213,6 +213,7 @@ pub(crate) const fn refund_latest(tat: u64, now: u64, end: u64, cost: u64) -> Op
 }
 
 /// [`refund`] as a `StateCell` step.
+#[cfg(feature = "std")]
 #[inline]
 pub(crate) fn refund_step(now: u64, cost: u64) -> impl Fn(u64) -> crate::state_cell::Step<()> {
     use crate::state_cell::Step;

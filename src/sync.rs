@@ -42,7 +42,7 @@ pub(crate) use portable_atomic::AtomicU64 as StaticAtomicU64;
 #[cfg(all(atomic_limiter_loom, feature = "loom"))]
 pub(crate) use loom::sync::atomic::AtomicUsize;
 
-#[cfg(not(atomic_limiter_loom))]
+#[cfg(all(not(atomic_limiter_loom), feature = "std"))]
 pub(crate) use core::sync::atomic::AtomicUsize;
 
 #[cfg(not(atomic_limiter_loom))]

@@ -185,6 +185,7 @@ impl<C: Clock> TokenBucket<C> {
     }
 
     /// A fresh state word, full at the clock's current reading.
+    #[cfg(feature = "std")]
     pub(crate) fn fresh_word(&self) -> u64 {
         self.params.full(self.clock.now())
     }
@@ -218,6 +219,7 @@ impl<C: Clock> TokenBucket<C> {
         }
     }
 
+    #[cfg(feature = "std")]
     /// Gives back `n` tokens taken moments ago and never used (a gather across shards that failed
     /// half-way): never past the cap, re-phased like any bucket that fills.
     pub(crate) fn give_back(&self, n: u32) {

@@ -376,7 +376,7 @@ pub(crate) enum Reading {
 
 /// The bucket refilled to `now_ns`: `(base, held, stamp)`, the absolute tick refills count from,
 /// the units held, and the stamp to store with them; `None` when the reading must be taken again.
-#[inline]
+#[inline(always)]
 const fn refilled(
     word: u64,
     now_ns: u64,
@@ -386,17 +386,21 @@ const fn refilled(
     let (stamp, tokens) = p.unpack(word);
     let now_tick = now_ns >> p.shift;
     let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
-    let behind_from = match reading {
-        Reading::Any => p.backward_from(),
-        Reading::Monotonic | Reading::Fresh => p.stall_from(),
+    // The common case, a reading less than half a cycle past the stamp, is one comparison; the
+    // thresholds that depend on how far the reading is trusted are worked out only past it.
+    let behind = elapsed >= p.recheck_from() && {
+        let behind_from = match reading {
+            Reading::Any => p.backward_from(),
+            Reading::Monotonic | Reading::Fresh => p.stall_from(),
+        };
+        // Stale, or an idle past half the cycle? Only a reading taken after the word can tell.
+        if matches!(reading, Reading::Monotonic) && elapsed < behind_from {
+            return None;
+        }
+        elapsed >= behind_from
     };
-    // Stale, or an idle past half the cycle? Only a reading taken after the word can tell.
-    if matches!(reading, Reading::Monotonic) && elapsed >= p.recheck_from() && elapsed < behind_from
-    {
-        return None;
-    }
     // Did the clock step back behind the stamp? Then refill nothing and keep the stamp.
-    Some(if elapsed >= behind_from {
+    Some(if behind {
         let behind = p.stamp_mask() - elapsed + 1;
         let stamp_abs = now_tick as u128 + behind as u128;
         // Refills count from a stamp still ahead (set when the bucket was last full, or before the
@@ -447,7 +451,7 @@ const fn refilled(
 }
 
 /// One token-bucket step for `n <= burst` tokens at `now_ns`.
-#[inline]
+#[inline(always)]
 pub(crate) const fn decide(
     word: u64,
     now_ns: u64,
@@ -486,6 +490,7 @@ pub(crate) const fn decide(
 /// Gives back `cost` units taken moments ago and never used: added to the units held as of the
 /// stamp (so never past the cap), then refilled to `now_ns` with the same cap test as a check, so a
 /// bucket made full by the return re-phases like any other. `None` when nothing changes.
+#[cfg(feature = "std")]
 #[inline]
 pub(crate) const fn give_back(word: u64, now_ns: u64, cost: u64, p: &BucketParams) -> Option<u64> {
     let (stamp, tokens) = p.unpack(word);
