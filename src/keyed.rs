@@ -202,8 +202,17 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     pub fn check_key(&self, key: &K) -> Decision {
         match self.check_key_n(key, 1) {
             Ok(d) => d,
-            // Only a quota function can give a key a burst below 1, and quotas cannot.
-            Err(_) => Decision::new(false, 1, Detail::TableFull { retry_ns: u64::MAX }),
+            // Only a quota function can give a key a burst below 1, and quotas cannot: a request
+            // that could never pass, refused with no wait that would help.
+            Err(_) => Decision::new(
+                false,
+                1,
+                Detail::Eager {
+                    remaining: 0,
+                    retry_ns: u64::MAX,
+                    reset_ns: u64::MAX,
+                },
+            ),
         }
     }
 
@@ -260,7 +269,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             ));
         }
         // Only now, with a place, is anything allocated for the key.
-        let limiter = self.limiter_for(key, quota);
+        let limiter = self.limiter_for(quota);
         // Read before the check reads its own, so the instant filed below is a lower bound.
         let before = limiter.now_ns();
         let (answer, inserted) = self.store.with_inserted(
@@ -299,8 +308,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         }
     }
 
-    fn limiter_for(&self, key: &K, quota: Quota) -> Arc<L> {
-        let _ = key;
+    fn limiter_for(&self, quota: Quota) -> Arc<L> {
         if let Some(shared) = &self.shared {
             return shared.clone();
         }

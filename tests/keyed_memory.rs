@@ -41,6 +41,16 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// A keyed GCRA whose quota function gives every key a quota of its own.
+fn a_quota_per_key(max_keys: usize, clock: &ManualClock) -> Keyed<u64, Gcra<ManualClock>> {
+    let clock = clock.clone();
+    Keyed::with_quota_fn(
+        max_keys,
+        |k: &u64| Quota::per_second(1 + k % 1_000_000_000),
+        move |q| Gcra::with_clock(q, clock.clone()),
+    )
+}
+
 /// One test, so that no other test's allocations are counted in between.
 #[test]
 fn memory_per_key_and_under_a_flood() {
@@ -90,12 +100,7 @@ fn memory_per_key_and_under_a_flood() {
     let clock = ManualClock::new();
     let base = LIVE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
-    let c = clock.clone();
-    let keyed = Keyed::with_quota_fn(
-        1000,
-        |k: &u64| Quota::per_second(1 + k % 1_000_000_000),
-        move |q| Gcra::with_clock(q, c.clone()),
-    );
+    let keyed = a_quota_per_key(1000, &clock);
     for key in 0..300_000u64 {
         let _ = keyed.check_key(&key);
         clock.advance_nanos(1_000_000);
@@ -111,12 +116,7 @@ fn memory_per_key_and_under_a_flood() {
     // Refused keys allocate nothing: a frozen clock, a full table of 10, half a million new keys
     // with distinct quotas, all refused.
     let clock = ManualClock::new();
-    let c = clock.clone();
-    let keyed = Keyed::with_quota_fn(
-        10,
-        |k: &u64| Quota::per_second(1 + k % 1_000_000_000),
-        move |q| Gcra::with_clock(q, c.clone()),
-    );
+    let keyed = a_quota_per_key(10, &clock);
     for key in 0..10u64 {
         assert!(keyed.check_key(&key).is_allowed());
     }
