@@ -27,8 +27,8 @@ use crate::token_bucket_math::BucketFigures;
 /// assert_eq!(d.retry_after(), Duration::from_millis(500)); // Retry-After
 /// assert_eq!(d.reset_after(), Duration::from_secs(1));     // RateLimit-Reset
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[must_use = "a rate-limit decision that is not looked at limits nothing"]
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[must_use = "a decision says whether the request may go ahead and what to tell its caller"]
 pub struct Decision {
     allowed: bool,
     /// Clock resolution in ns; waits are rounded up to it.
@@ -59,11 +59,13 @@ pub(crate) enum Detail {
         remaining: u64,
         retry_ns: u64,
         reset_ns: u64,
+        /// The most tokens the limiter holds (its burst, or a window's limit).
+        limit: u64,
     },
     /// A keyed limiter's table is full: a new key is refused until a held key's bucket is full
     /// again, `retry_ns` from now.
     #[cfg_attr(not(feature = "std"), allow(dead_code))]
-    TableFull { retry_ns: u64 },
+    TableFull { retry_ns: u64, limit: u64 },
 }
 
 impl Decision {
@@ -122,9 +124,41 @@ impl Decision {
         let ns = match self.detail {
             Detail::Time { wait, scale, .. } => units_to_ns(wait, scale),
             Detail::Bucket(b) => b.wait_ns(),
-            Detail::Eager { retry_ns, .. } | Detail::TableFull { retry_ns } => retry_ns,
+            Detail::Eager { retry_ns, .. } | Detail::TableFull { retry_ns, .. } => retry_ns,
         };
         Duration::from_nanos(round_up(ns, self.resolution))
+    }
+
+    /// The most tokens the limiter holds: its burst, or a window limiter's limit per window
+    /// (for a `RateLimit-Limit`-style header).
+    pub fn limit(&self) -> u64 {
+        match self.detail {
+            Detail::Time { window, token, .. } => window / token,
+            Detail::Bucket(b) => b.limit(),
+            Detail::Eager { limit, .. } | Detail::TableFull { limit, .. } => limit,
+        }
+    }
+
+    /// [`Decision::retry_after`] in whole seconds, rounded **up**, for an HTTP `Retry-After`
+    /// header (which takes integer seconds): 0 when allowed, at least 1 when refused, so that a
+    /// client waiting it is never early. (`retry_after().as_secs()` would round 400 ms down to 0.)
+    ///
+    /// ```
+    /// use atomic_limiter::{Gcra, ManualClock, Quota};
+    ///
+    /// let limiter = Gcra::with_clock(Quota::per_second(2).with_burst(1), ManualClock::new());
+    /// assert_eq!(limiter.check().retry_after_secs(), 0);
+    /// let denied = limiter.check();
+    /// assert_eq!(denied.retry_after().as_millis(), 500);
+    /// assert_eq!(denied.retry_after_secs(), 1);
+    /// ```
+    pub fn retry_after_secs(&self) -> u64 {
+        let wait = self.retry_after();
+        if self.allowed {
+            0
+        } else {
+            (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+        }
     }
 
     /// The time until the limiter is full again (every token back), rounded up to the clock's
@@ -134,9 +168,50 @@ impl Decision {
             Detail::Time { after, scale, .. } => units_to_ns(after, scale),
             Detail::Bucket(b) => b.reset_ns(),
             Detail::Eager { reset_ns, .. } => reset_ns,
-            Detail::TableFull { retry_ns } => retry_ns,
+            Detail::TableFull { retry_ns, .. } => retry_ns,
         };
         Duration::from_nanos(round_up(ns, self.resolution))
+    }
+}
+
+/// In user terms: the figures, not the units they are kept in.
+impl core::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut s = f.debug_struct("Decision");
+        s.field("allowed", &self.allowed);
+        if self.is_table_full() {
+            s.field("table_full", &true);
+        }
+        s.field("remaining", &self.remaining())
+            .field("limit", &self.limit())
+            .field("retry_after", &self.retry_after())
+            .field("reset_after", &self.reset_after())
+            .finish()
+    }
+}
+
+/// One line for a log: `allowed: 9 of 10 left, full in 100ms`, or
+/// `denied: 0 of 10 left, retry after 100ms, full in 1s`, or `denied: table full, retry after 3s`.
+impl core::fmt::Display for Decision {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if self.is_table_full() {
+            return write!(
+                f,
+                "denied: table full, retry after {:?}",
+                self.retry_after()
+            );
+        }
+        let verdict = if self.allowed { "allowed" } else { "denied" };
+        write!(
+            f,
+            "{verdict}: {} of {} left",
+            self.remaining(),
+            self.limit()
+        )?;
+        if !self.allowed {
+            write!(f, ", retry after {:?}", self.retry_after())?;
+        }
+        write!(f, ", full in {:?}", self.reset_after())
     }
 }
 

@@ -211,6 +211,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                     remaining: 0,
                     retry_ns: u64::MAX,
                     reset_ns: u64::MAX,
+                    limit: 0,
                 },
             ),
         }
@@ -256,6 +257,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                     remaining: u64::from(quota.burst()),
                     retry_ns: 0,
                     reset_ns: 0,
+                    limit: u64::from(quota.burst()),
                 },
             ));
         }
@@ -265,6 +267,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 1, // measured from the held key's own rounded reset
                 Detail::TableFull {
                     retry_ns: no_room.unwrap_or(1),
+                    limit: u64::from(quota.burst()),
                 },
             ));
         }

@@ -1,3 +1,4 @@
+use core::fmt;
 use core::time::Duration;
 
 use crate::QuotaError;
@@ -64,7 +65,7 @@ const NANOS_PER_SECOND: u64 = 1_000_000_000;
 /// assert_eq!(from_config.period_fraction(), (128_128_129, 128));
 /// assert!(Quota::per_second(3).is_exact());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     rate: u64,
     per_ns: u64,
@@ -301,6 +302,43 @@ impl Quota {
     /// `burst × period` in units of `1/denominator` ns (never above [`Quota::MAX_WINDOW`]).
     pub(crate) const fn window_units(&self) -> u64 {
         self.token * self.burst as u64
+    }
+}
+
+/// `100/s, burst 10`; an interval other than a second, a minute or an hour is written out
+/// (`3 per 2s, burst 3`).
+///
+/// ```
+/// use atomic_limiter::Quota;
+/// use std::time::Duration;
+///
+/// assert_eq!(Quota::per_second(100).with_burst(10).to_string(), "100/s, burst 10");
+/// assert_eq!(Quota::per_minute(7).to_string(), "7/min, burst 7");
+/// let odd = Quota::try_new(3, Duration::from_secs(2), 3).unwrap();
+/// assert_eq!(odd.to_string(), "3 per 2s, burst 3");
+/// ```
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.per_ns {
+            NANOS_PER_SECOND => write!(f, "{}/s", self.rate)?,
+            n if n == 60 * NANOS_PER_SECOND => write!(f, "{}/min", self.rate)?,
+            n if n == 3600 * NANOS_PER_SECOND => write!(f, "{}/h", self.rate)?,
+            _ => write!(f, "{} per {:?}", self.rate, self.per())?,
+        }
+        write!(f, ", burst {}", self.burst)
+    }
+}
+
+/// In user terms: the rate as given, and the period the limiters keep, as a duration.
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Quota")
+            .field("rate", &self.rate)
+            .field("per", &self.per())
+            .field("burst", &self.burst)
+            .field("period", &self.period())
+            .field("exact", &self.exact)
+            .finish()
     }
 }
 

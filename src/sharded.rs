@@ -37,7 +37,9 @@ use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, RateLimiter, Tok
 /// # What the figures mean
 ///
 /// * An admission answers with its shard's figures: `remaining` is what is left *in that shard*
-///   (a lower bound on the whole), `reset_after` when that shard is full again.
+///   (a lower bound on the whole), `limit` that shard's burst, `reset_after` when that shard is
+///   full again. (Rebuilding the decision for the whole quota would cost the hot path; the whole
+///   is [`RateLimiter::quota`].)
 /// * A request served by several shards (see below) answers with `remaining` summed over the
 ///   shards as it saw them and `reset_after` of the last shard to be full again.
 /// * A refusal has asked every shard: `remaining` is the sum over shards, `retry_after` a wait
@@ -228,6 +230,7 @@ impl<L: KeyedLimiter> Sharded<L> {
                 remaining: seen.remaining,
                 retry_ns: retry.max(1),
                 reset_ns: seen.reset,
+                limit: u64::from(self.quota.burst()),
             },
         )
     }
@@ -295,6 +298,7 @@ impl<L: KeyedLimiter> Sharded<L> {
                         remaining,
                         retry_ns: 0,
                         reset_ns: reset,
+                        limit: u64::from(self.quota.burst()),
                     },
                 ));
             }

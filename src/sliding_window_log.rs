@@ -167,6 +167,7 @@ impl<C: Clock> SlidingWindowLog<C> {
                 remaining: (cap - ring.len) as u64,
                 retry_ns,
                 reset_ns,
+                limit: self.limit,
             },
         )
     }

@@ -259,6 +259,7 @@ pub(crate) fn settle(answer: Option<Decision>) -> Decision {
             remaining: 0,
             retry_ns: 1,
             reset_ns: 1,
+            limit: 0,
         },
     ))
 }

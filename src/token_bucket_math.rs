@@ -299,6 +299,10 @@ impl BucketFigures {
         self.tokens >> FRAC_BITS
     }
 
+    pub(crate) fn limit(&self) -> u64 {
+        u64::from(self.params.burst)
+    }
+
     /// Nanoseconds from `now_ns` until the refill since `base` reaches `more` units.
     fn ns_until(&self, more: u64) -> u64 {
         if more == 0 {

@@ -168,7 +168,11 @@ pub(crate) struct WindowOutcome {
 impl WindowOutcome {
     /// The outcome as a `StateCell` step answering a `Decision`.
     #[inline]
-    pub(crate) fn into_step(self, resolution: u64) -> crate::state_cell::Step<crate::Decision> {
+    pub(crate) fn into_step(
+        self,
+        resolution: u64,
+        limit: u64,
+    ) -> crate::state_cell::Step<crate::Decision> {
         let d = crate::Decision::new(
             self.allowed,
             resolution,
@@ -176,6 +180,7 @@ impl WindowOutcome {
                 remaining: self.remaining,
                 retry_ns: self.retry_ns,
                 reset_ns: self.reset_ns,
+                limit,
             },
         );
         match self.word {
@@ -397,7 +402,7 @@ macro_rules! window_limiter {
                 n: u32,
             ) -> impl Fn(u64) -> crate::state_cell::Step<crate::Decision> + '_ {
                 let resolution = self.clock.resolution();
-                move |word| $step(word, now, n, &self.params).into_step(resolution)
+                move |word| $step(word, now, n, &self.params).into_step(resolution, self.params.limit)
             }
 
             /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.

@@ -106,6 +106,7 @@ impl<C: Clock, L: BaselineLock<TextbookBucket>> MutexTokenBucket<C, L> {
                 remaining: tokens as u64,
                 retry_ns: if allowed { 0 } else { ns_for(want - tokens) },
                 reset_ns: ns_for(self.capacity - tokens),
+                limit: self.capacity as u64,
             },
         )
     }

@@ -33,6 +33,7 @@ macro_rules! mutex_window {
                         remaining: 0,
                         retry_ns: u64::MAX,
                         reset_ns: u64::MAX,
+                        limit: self.params.limit,
                     }),
                 }
             }
@@ -42,7 +43,7 @@ macro_rules! mutex_window {
                 let now = self.clock.now();
                 let resolution = self.clock.resolution();
                 Ok(self.word.with(|word| {
-                    match $step(*word, now, n, &self.params).into_step(resolution) {
+                    match $step(*word, now, n, &self.params).into_step(resolution, self.params.limit) {
                         crate::state_cell::Step::Store(new, d) => {
                             *word = new;
                             d
