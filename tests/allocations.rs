@@ -1,4 +1,6 @@
 //! A counting global allocator shows that a check allocates nothing, allowed or denied.
+// A counting global allocator is an `unsafe impl`: the crate denies `unsafe` elsewhere.
+#![allow(unsafe_code)]
 
 use atomic_limiter::{Gcra, ManualClock, Quota, RateLimiter, StdClock, TokenBucket};
 use std::alloc::{GlobalAlloc, Layout, System};

@@ -1,5 +1,7 @@
 //! Memory of keyed limiters, measured with a counting global allocator: bytes per key at a million
 //! keys, and the peak during a flood of ten million distinct keys through a capped map.
+// A counting global allocator is an `unsafe impl`: the crate denies `unsafe` elsewhere.
+#![allow(unsafe_code)]
 
 use atomic_limiter::{Gcra, Keyed, ManualClock, Quota};
 use std::alloc::{GlobalAlloc, Layout, System};
