@@ -677,7 +677,7 @@ fn main() {
         }
         keyed_rows.push((keys, one, two));
     }
-    // The sharded limiter at 2 threads: the targets.
+    // The sharded limiter at 2 threads: its development targets.
     if let Some((_, v)) = contended_rows.iter().find(|(t, _)| *t == 2) {
         // On the default clocks, then every limiter on a coarse clock: the shards then cost
         // little more than their CAS, while one shared word's cost is its cache line moving

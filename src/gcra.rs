@@ -53,6 +53,17 @@ type DefaultClockOrNone = crate::ManualClock;
 #[cfg(feature = "quanta")]
 impl Gcra<DefaultClock> {
     /// A full limiter on the default clock ([`QuantaClock`](crate::QuantaClock)).
+    ///
+    /// # Examples
+    ///
+    /// Ten per second for an API, on real time:
+    ///
+    /// ```
+    /// use atomic_limiter::{Gcra, Quota};
+    ///
+    /// let api = Gcra::new(Quota::per_second(10));
+    /// assert_eq!((0..20).filter(|_| api.check().is_allowed()).count(), 10);
+    /// ```
     pub fn new(quota: Quota) -> Gcra<DefaultClock> {
         Gcra::with_clock(quota, DefaultClock::new())
     }

@@ -154,6 +154,19 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter> Keyed<K, L> {
 #[cfg(feature = "quanta")]
 impl<K: Hash + Eq + Clone> Keyed<K, Gcra> {
     /// GCRA per key on the default clock (one clock shared by all keys).
+    ///
+    /// # Examples
+    ///
+    /// Five requests per second per client address, at most 100 000 addresses held:
+    ///
+    /// ```
+    /// use atomic_limiter::{Keyed, Quota};
+    /// use std::net::IpAddr;
+    ///
+    /// let per_client = Keyed::gcra(Quota::per_second(5), 100_000);
+    /// let client: IpAddr = "192.0.2.7".parse().unwrap();
+    /// assert_eq!((0..10).filter(|_| per_client.check_key(&client).is_allowed()).count(), 5);
+    /// ```
     pub fn gcra(quota: Quota, max_keys: usize) -> Self {
         let clock = crate::QuantaClock::new();
         Keyed::new(quota, max_keys, move |q| Gcra::with_clock(q, clock.clone()))

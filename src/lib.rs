@@ -54,7 +54,9 @@
 //! | `loom` | no | loom's atomics, under `--cfg atomic_limiter_loom` (for `loom-tests/`) |
 //!
 //! Without `std` the crate is `no_std` (it needs `alloc` for [`ManualClock`]'s shared time):
-//! [`Quota`], [`Gcra`], [`TokenBucket`], [`ManualClock`] and the traits.
+//! [`Quota`], [`Gcra`], [`TokenBucket`], [`FixedWindow`], [`SlidingWindowCounter`], [`Throttle`]
+//! (with its reservations), [`Decision`], [`Wait`], [`ManualClock`] and the traits. The clocks
+//! backed by the OS, [`SlidingWindowLog`] (a mutex), [`Sharded`] and [`Keyed`] need `std`.
 #![cfg_attr(not(feature = "std"), no_std)]
 
 extern crate alloc;
@@ -155,6 +157,17 @@ pub mod fuzz_api {
     pub fn bucket_unpack(quota: &Quota, word: u64) -> (u64, u64) {
         BucketParams::new(quota).unpack(word)
     }
+}
+
+/// The long-form documents of the repository's `docs/` folder, built by rustdoc like the rest of
+/// the crate, so that their links and examples are checked.
+pub mod docs {
+    #[doc = include_str!("../docs/design.md")]
+    pub mod design {}
+    #[doc = include_str!("../docs/testing.md")]
+    pub mod testing {}
+    #[doc = include_str!("../docs/benchmarks.md")]
+    pub mod benchmarks {}
 }
 
 /// The README's examples, compiled and run as doctests.

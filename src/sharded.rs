@@ -438,6 +438,24 @@ fn duration_ns(d: core::time::Duration) -> u64 {
 impl Sharded<Gcra> {
     /// `quota` over one GCRA per core (the available parallelism, rounded up to a power of two),
     /// on the default clock.
+    ///
+    /// # Examples
+    ///
+    /// One quota for every thread of a server, each thread checking its own core's shard first:
+    ///
+    /// ```
+    /// use atomic_limiter::{Quota, Sharded};
+    ///
+    /// let limiter = Sharded::gcra(Quota::per_second(1000).with_burst(100));
+    /// let admitted: usize = std::thread::scope(|s| {
+    ///     let workers: Vec<_> = (0..4)
+    ///         .map(|_| s.spawn(|| (0..50).filter(|_| limiter.check().is_allowed()).count()))
+    ///         .collect();
+    ///     workers.into_iter().map(|w| w.join().unwrap()).sum()
+    /// });
+    /// // The burst, and what refilled while the threads ran: never more.
+    /// assert!(admitted >= 100 && admitted <= 200);
+    /// ```
     pub fn gcra(quota: Quota) -> Sharded<Gcra> {
         let clock = crate::QuantaClock::new();
         Sharded::new(quota, default_shards(), |q| {

@@ -82,7 +82,7 @@ impl WindowParams {
         (k, t - k * self.window)
     }
 
-    /// ns from `now` to the end of the window with index `k` and `elapsed` ns into it.
+    /// ns from a reading `elapsed` ns into its window to that window's end.
     #[inline]
     pub(crate) fn left_in_window(&self, elapsed: u64) -> u64 {
         self.window - elapsed

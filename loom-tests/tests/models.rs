@@ -1,7 +1,7 @@
 //! Loom model checks of every CAS protocol in atomic-limiter.
 //!
 //! Run with `bash .ci/loom.sh` (see `loom-tests/README.md`). Every model is written once, generic
-//! over the check it calls, and run twice where the issue asks for teeth: with the real check,
+//! over the check it calls, and run twice, to show the models have teeth: with the real check,
 //! which must hold in every interleaving, and with a deliberately broken twin (load then store
 //! instead of CAS), which loom must catch (`#[should_panic]`).
 #![cfg(atomic_limiter_loom)]

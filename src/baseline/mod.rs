@@ -6,14 +6,14 @@
 //!
 //! | type | what it is |
 //! |---|---|
-//! | [`MutexTokenBucket`] | the source articles' bucket: `f64` tokens, last-refill time, refill under a lock |
+//! | [`MutexTokenBucket`] | the textbook bucket: `f64` tokens, last-refill time, refill under a lock |
 //! | [`MutexGcra`] | the same exact GCRA maths as [`Gcra`](crate::Gcra), behind a lock |
 //! | [`MutexFixedWindow`], [`MutexSlidingWindowCounter`] | the window limiters' maths behind a lock |
 //! | [`MutexThrottle`] | the throttle's slot reservation behind a lock |
 //!
 //! [`SlidingWindowLog`](crate::SlidingWindowLog) is itself a mutex around a ring (see its docs).
 //!
-//! Both are generic over the lock through [`BaselineLock`], `std::sync::Mutex` by default, so a
+//! Each is generic over the lock through [`BaselineLock`], `std::sync::Mutex` by default, so a
 //! benchmark can put `parking_lot`'s mutex in its place.
 
 mod baseline_lock;

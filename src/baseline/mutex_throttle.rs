@@ -6,7 +6,7 @@ use crate::clock::Clock;
 use crate::gcra_math::{self, GcraParams};
 use crate::{Quota, ThrottleError};
 
-/// [`Throttle`](crate::Throttle)'s reservation maths behind a lock, as the C++ source's throttler
+/// [`Throttle`](crate::Throttle)'s reservation maths behind a lock, the way a textbook throttler
 /// keeps its next slot under a mutex. For benchmarks and differential tests.
 ///
 /// # Examples

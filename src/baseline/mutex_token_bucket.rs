@@ -16,8 +16,8 @@ pub struct TextbookBucket {
     pub last_refill: u64,
 }
 
-/// The token bucket as the source articles write it: a mutex around `f64` tokens and the time of
-/// the last refill, refilled lazily under the lock on every check.
+/// The token bucket as the textbooks write it: a mutex around `f64` tokens and the time of the
+/// last refill, refilled lazily under the lock on every check.
 ///
 /// This is the baseline the benchmarks measure the lock-free limiters against, and it keeps the
 /// textbook's properties on purpose, floating-point rounding included: it is *not* exact (an `f64`
