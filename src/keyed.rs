@@ -1,5 +1,9 @@
+use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
+use core::borrow::Borrow;
+use core::future::Future;
 use core::hash::Hash;
+use core::time::Duration;
 
 use dashmap::DashMap;
 
@@ -8,6 +12,8 @@ use crate::keyed_due::{DueQueue, Front, NoRoom};
 use crate::keyed_limiter::{KeyState, KeyedLimiter};
 use crate::keyed_store::KeyedStore;
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
+use crate::wait::Wait;
+use crate::wait_error::WaitError;
 use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, TokenBucket};
 use std::sync::PoisonError;
 
@@ -210,9 +216,14 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         }
     }
 
-    /// Asks for one token for `key`.
+    /// Asks for one token for `key`, given as the key or any form it borrows as (`&str` for a
+    /// `String` key: a check allocates nothing).
     #[inline]
-    pub fn check_key(&self, key: &K) -> Decision {
+    pub fn check_key<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         match self.check_key_n(key, 1) {
             Ok(d) => d,
             // Only a quota function can give a key a burst below 1, and quotas cannot: a request
@@ -236,7 +247,11 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     ///
     /// [`InsufficientCapacity`] if `n` exceeds the key's burst (the key is not added).
     #[inline]
-    pub fn check_key_n(&self, key: &K, n: u32) -> Result<Decision, InsufficientCapacity> {
+    pub fn check_key_n<Q>(&self, key: &Q, n: u32) -> Result<Decision, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if let Some(shared) = &self.shared {
             // One quota for every key: every entry's limiter is `shared`. Only the transition runs
             // under the shard lock; the decision is worked out after it is released.
@@ -255,11 +270,80 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         }
     }
 
+    /// Waits until `n` tokens for `key` are granted, sleeping with `sleep` between tries, as
+    /// [`RateLimiter::wait_n_with`](crate::RateLimiter::wait_n_with) does for one limiter; a full
+    /// table's refusal is waited out the same way (its retry-after is when a place frees).
+    ///
+    /// # Errors
+    ///
+    /// [`WaitError::InsufficientCapacity`] if `n` exceeds the key's burst; [`WaitError::TimedOut`]
+    /// if the next sleep would take the total past `wait.max_wait()`.
+    pub fn wait_key_n_with<Q>(
+        &self,
+        key: &Q,
+        n: u32,
+        wait: Wait,
+        sleep: impl FnMut(Duration),
+    ) -> Result<Decision, WaitError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        crate::wait::wait_with(|| self.check_key_n(key, n), wait, sleep)
+    }
+
+    /// [`Keyed::wait_key_n_with`] on the calling thread, with `std::thread::sleep`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Keyed::wait_key_n_with`].
+    pub fn wait_key_n<Q>(&self, key: &Q, n: u32, wait: Wait) -> Result<Decision, WaitError>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        self.wait_key_n_with(key, n, wait, std::thread::sleep)
+    }
+
+    /// The asynchronous form of [`Keyed::wait_key_n_with`], bound to no runtime: `sleep` makes the
+    /// runtime's timer future (`|d| tokio::time::sleep(d)`), awaited between tries. Nothing is held
+    /// across an await but the references.
+    ///
+    /// # Errors
+    ///
+    /// As [`Keyed::wait_key_n_with`].
+    pub fn until_key_n_ready_with<'a, Q, S, F>(
+        &'a self,
+        key: &'a Q,
+        n: u32,
+        wait: Wait,
+        sleep: S,
+    ) -> impl Future<Output = Result<Decision, WaitError>> + 'a
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        S: FnMut(Duration) -> F + 'a,
+        F: Future<Output = ()> + 'a,
+    {
+        crate::wait::until_with(move || self.check_key_n(key, n), wait, sleep)
+    }
+
     /// A key not (or no longer) held: take a place, insert a fresh limiter, check it.
     #[cold]
     #[inline(never)]
-    fn check_new(&self, key: &K, n: u32) -> Result<Decision, InsufficientCapacity> {
-        let quota = self.quota_of(key);
+    fn check_new<Q>(&self, key: &Q, n: u32) -> Result<Decision, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        // The key as stored is made from a borrowed form (`&str`) only when needed: by a quota
+        // function (which takes the stored form), else once the key has a place.
+        let mut owned: Option<K> = None;
+        let quota = match (&self.shared, &self.quota_for) {
+            (Some(shared), _) => *shared.quota(),
+            (None, Some(quota_for)) => quota_for(owned.insert(key.to_owned())),
+            (None, None) => unreachable_quota(),
+        };
         InsufficientCapacity::check(n, quota.burst())?;
         if n == 0 {
             // A peek at a key not held: a fresh bucket is full. Nothing is inserted.
@@ -285,6 +369,8 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             ));
         }
         // Only now, with a place, is anything allocated for the key.
+        let key: K = owned.unwrap_or_else(|| key.to_owned());
+        let key = &key;
         let limiter = self.limiter_for(quota);
         // Read before the check reads its own, so the instant filed below is a lower bound.
         let before = limiter.now_ns();
@@ -313,15 +399,6 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             self.forget_unused(&quota);
         }
         answer
-    }
-
-    /// The quota `key` is held to.
-    fn quota_of(&self, key: &K) -> Quota {
-        match (&self.shared, &self.quota_for) {
-            (Some(shared), _) => *shared.quota(),
-            (None, Some(f)) => f(key),
-            (None, None) => unreachable_quota(),
-        }
     }
 
     fn limiter_for(&self, quota: Quota) -> Arc<L> {
@@ -450,7 +527,7 @@ fn duration_ns(d: core::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// `quota_of` without a shared limiter always has a quota function (the constructors set one
+/// Without a shared limiter there is always a quota function (the constructors set one
 /// or the other); this keeps the code free of a panic path all the same.
 #[cold]
 fn unreachable_quota() -> Quota {

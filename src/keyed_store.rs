@@ -1,3 +1,4 @@
+use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 
 use dashmap::DashMap;
@@ -6,8 +7,12 @@ use dashmap::mapref::entry::Entry;
 /// The map a [`Keyed`](crate::Keyed) limiter keeps its keys in: [`DashMap`] by default; the loom
 /// models put a map loom can see in its place (dashmap's locks are invisible to loom).
 pub trait KeyedStore<K, V> {
-    /// Runs `f` on the key's value if it is there: the hot path, one lookup, no allocation.
-    fn with_existing<R>(&self, key: &K, f: impl FnOnce(&V) -> R) -> Option<R>;
+    /// Runs `f` on the key's value if it is there: the hot path, one lookup, no allocation. The
+    /// key may be given in any form the stored key borrows as (`&str` for `String` keys).
+    fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized;
 
     /// Runs `f` on the key's value, inserting `make()` first if it is absent, such that racing
     /// threads all see the one value that was inserted. Returns whether this call inserted it.
@@ -32,7 +37,11 @@ pub trait KeyedStore<K, V> {
 
 impl<K: Eq + Hash, V, S: BuildHasher + Clone> KeyedStore<K, V> for DashMap<K, V, S> {
     #[inline]
-    fn with_existing<R>(&self, key: &K, f: impl FnOnce(&V) -> R) -> Option<R> {
+    fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.get(key).map(|v| f(&v))
     }
 

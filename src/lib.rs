@@ -159,6 +159,13 @@ pub mod fuzz_api {
     }
 }
 
+/// The traits a limiter's methods come from, to import in one line: `use atomic_limiter::prelude::*;`
+/// (so that `limiter.wait_n(..)` or `limiter.until_ready_with(..)` finds its trait).
+pub mod prelude {
+    pub use crate::clock::Clock;
+    pub use crate::rate_limiter::RateLimiter;
+}
+
 /// The long-form documents of the repository's `docs/` folder, built by rustdoc like the rest of
 /// the crate, so that their links and examples are checked.
 pub mod docs {

@@ -1,7 +1,6 @@
 use core::future::Future;
 use core::time::Duration;
 
-use crate::wait::Next;
 use crate::{Decision, InsufficientCapacity, Quota, Wait, WaitError};
 
 /// What every limiter in this crate does, so that benches, tests and wrappers are generic over the
@@ -55,21 +54,12 @@ pub trait RateLimiter {
         &self,
         n: u32,
         wait: Wait,
-        mut sleep: impl FnMut(Duration),
+        sleep: impl FnMut(Duration),
     ) -> Result<Decision, WaitError>
     where
         Self: Sized,
     {
-        let mut waited = Duration::ZERO;
-        loop {
-            match wait.next(self.check_n(n), waited)? {
-                Next::Done(d) => return Ok(d),
-                Next::Sleep(nap) => {
-                    sleep(nap);
-                    waited = waited.saturating_add(nap);
-                }
-            }
-        }
+        crate::wait::wait_with(|| self.check_n(n), wait, sleep)
     }
 
     /// [`RateLimiter::wait_n_with`] on the calling thread, with `std::thread::sleep`.
@@ -127,24 +117,13 @@ pub trait RateLimiter {
         &self,
         n: u32,
         wait: Wait,
-        mut sleep: S,
+        sleep: S,
     ) -> impl Future<Output = Result<Decision, WaitError>>
     where
         Self: Sized,
         S: FnMut(Duration) -> F,
         F: Future<Output = ()>,
     {
-        async move {
-            let mut waited = Duration::ZERO;
-            loop {
-                match wait.next(self.check_n(n), waited)? {
-                    Next::Done(d) => return Ok(d),
-                    Next::Sleep(nap) => {
-                        sleep(nap).await;
-                        waited = waited.saturating_add(nap);
-                    }
-                }
-            }
-        }
+        crate::wait::until_with(move || self.check_n(n), wait, sleep)
     }
 }

@@ -86,6 +86,48 @@ impl Wait {
     }
 }
 
+/// The waiting loop, on the caller's thread: `check` until granted, sleeping each refusal's
+/// advertised wait (plus jitter) with `sleep`, giving up before a sleep that would pass the
+/// maximum. Every limiter's `wait_n_with`, and `Keyed`'s, is this.
+pub(crate) fn wait_with(
+    mut check: impl FnMut() -> Result<crate::Decision, crate::InsufficientCapacity>,
+    wait: Wait,
+    mut sleep: impl FnMut(Duration),
+) -> Result<crate::Decision, crate::WaitError> {
+    let mut waited = Duration::ZERO;
+    loop {
+        match wait.next(check(), waited)? {
+            Next::Done(d) => return Ok(d),
+            Next::Sleep(nap) => {
+                sleep(nap);
+                waited = waited.saturating_add(nap);
+            }
+        }
+    }
+}
+
+/// [`wait_with`] as a future: `sleep` makes the runtime's timer future, awaited between tries.
+pub(crate) async fn until_with<S, F>(
+    mut check: impl FnMut() -> Result<crate::Decision, crate::InsufficientCapacity>,
+    wait: Wait,
+    mut sleep: S,
+) -> Result<crate::Decision, crate::WaitError>
+where
+    S: FnMut(Duration) -> F,
+    F: core::future::Future<Output = ()>,
+{
+    let mut waited = Duration::ZERO;
+    loop {
+        match wait.next(check(), waited)? {
+            Next::Done(d) => return Ok(d),
+            Next::Sleep(nap) => {
+                sleep(nap).await;
+                waited = waited.saturating_add(nap);
+            }
+        }
+    }
+}
+
 /// A cheap shared pseudo-random sequence for jitter (not for anything that needs secrecy).
 fn next_random() -> u64 {
     static STATE: StaticAtomicU64 = StaticAtomicU64::new(0x9E37_79B9_7F4A_7C15);

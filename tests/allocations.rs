@@ -70,6 +70,18 @@ fn checks_do_not_allocate() {
     });
     assert_eq!(n, 0, "real clocks");
 
+    // A `String`-keyed limiter checked with `&str`: a held key's check allocates nothing.
+    let keyed = atomic_limiter::Keyed::gcra_with_clock(quota, 100, clock.clone());
+    assert!(keyed.check_key::<str>("alice").is_allowed());
+    let n = allocations_during(|| {
+        for i in 0..10_000u64 {
+            let _ = std::hint::black_box(keyed.check_key("alice"));
+            clock.advance_nanos(i % 3 * 1_000_000);
+        }
+    });
+    assert_eq!(n, 0, "keyed by &str");
+    let _: &atomic_limiter::Keyed<String, Gcra<ManualClock>> = &keyed;
+
     // The counter works: a Vec allocates.
     assert!(allocations_during(|| drop(std::hint::black_box(vec![1u8; 64]))) > 0);
 }

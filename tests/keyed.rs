@@ -270,7 +270,11 @@ struct Counting<M> {
 }
 
 impl<K, V, M: KeyedStore<K, V>> KeyedStore<K, V> for Counting<M> {
-    fn with_existing<R>(&self, key: &K, f: impl FnOnce(&V) -> R) -> Option<R> {
+    fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
         self.lookups.fetch_add(1, Relaxed);
         self.map.with_existing(key, f)
     }

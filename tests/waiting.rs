@@ -234,3 +234,67 @@ fn jitter_of_any_duration_is_accepted() {
         assert!(r.is_ok() || matches!(r, Err(WaitError::TimedOut { .. })));
     }
 }
+
+/// Waiting on a keyed limiter: a key over its rate, and a new key at a full table, each wait
+/// ends at the advertised instant; the async form the same.
+#[test]
+fn keyed_limiters_can_be_waited_on() {
+    let clock = ManualClock::new();
+    let keyed = atomic_limiter::Keyed::gcra_with_clock(
+        Quota::per_second(10).with_burst(1),
+        1,
+        clock.clone(),
+    );
+    assert!(keyed.check_key::<str>("alice").is_allowed());
+    let start = clock.now();
+    let d = keyed
+        .wait_key_n_with("alice", 1, Wait::up_to(Duration::from_secs(1)), |d| {
+            clock.advance(d)
+        })
+        .unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(clock.now() - start, 100_000_000);
+    // "bob" finds the table full until alice's bucket is full again; then he gets in.
+    assert!(keyed.check_key("bob").is_table_full());
+    let start = clock.now();
+    let c = clock.clone();
+    let d = block_on(keyed.until_key_n_ready_with(
+        "bob",
+        1,
+        Wait::up_to(Duration::from_secs(1)),
+        move |d| {
+            c.advance(d);
+            std::future::ready(())
+        },
+    ))
+    .unwrap();
+    assert!(d.is_allowed());
+    assert_eq!(clock.now() - start, 100_000_000);
+    // Too large a request is an error at once, not a wait.
+    assert!(matches!(
+        keyed.wait_key_n_with("bob", 2, Wait::up_to(Duration::MAX), |_| ()),
+        Err(WaitError::InsufficientCapacity(_))
+    ));
+}
+
+/// One import brings the traits a limiter's methods come from.
+#[test]
+fn the_prelude_brings_the_waiting_methods() {
+    mod user {
+        use atomic_limiter::prelude::*;
+        use atomic_limiter::{Gcra, ManualClock, Quota, Wait};
+        use std::time::Duration;
+
+        pub fn wait_once() -> bool {
+            let clock = ManualClock::new();
+            let g = Gcra::with_clock(Quota::per_second(10), clock.clone());
+            let c = clock.clone();
+            g.wait_n_with(1, Wait::up_to(Duration::from_secs(1)), move |d| {
+                c.advance(d)
+            })
+            .is_ok_and(|d| d.is_allowed())
+                && clock.now() == 0
+        }
+    }
+    assert!(user::wait_once());
+}

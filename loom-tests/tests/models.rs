@@ -319,7 +319,11 @@ mod keyed {
     }
 
     impl<V> KeyedStore<u32, V> for LoomMap<V> {
-        fn with_existing<R>(&self, key: &u32, f: impl FnOnce(&V) -> R) -> Option<R> {
+        fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+        where
+            u32: std::borrow::Borrow<Q>,
+            Q: std::hash::Hash + Eq + ?Sized,
+        {
             let v = self.map.lock().unwrap().get(key).cloned();
             v.map(|v| f(&v))
         }
