@@ -1,6 +1,6 @@
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
-use crate::clock::{Clock, is_coarse};
+use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
 use crate::gcra_math::{self, GcraParams};
 use crate::state_cell::{StateCell, Step};
 use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
@@ -44,11 +44,6 @@ pub struct Gcra<C = DefaultClockOrNone> {
     quota: Quota,
     clock: C,
 }
-
-#[cfg(feature = "quanta")]
-type DefaultClockOrNone = DefaultClock;
-#[cfg(not(feature = "quanta"))]
-type DefaultClockOrNone = crate::ManualClock;
 
 #[cfg(feature = "quanta")]
 impl Gcra<DefaultClock> {

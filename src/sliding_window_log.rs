@@ -1,7 +1,9 @@
 use alloc::boxed::Box;
 use std::sync::{Mutex, PoisonError};
 
-use crate::clock::is_coarse;
+#[cfg(feature = "quanta")]
+use crate::clock::DefaultClock;
+use crate::clock::{DefaultClockOrNone, is_coarse};
 use crate::decision::Detail;
 use crate::{Clock, Decision, InsufficientCapacity, Quota, QuotaError, RateLimiter};
 
@@ -34,7 +36,7 @@ use crate::{Clock, Decision, InsufficientCapacity, Quota, QuotaError, RateLimite
 /// assert_eq!(d.retry_after(), Duration::from_millis(400)); // when the first one is a second old
 /// ```
 #[derive(Debug)]
-pub struct SlidingWindowLog<C> {
+pub struct SlidingWindowLog<C = DefaultClockOrNone> {
     ring: Mutex<Ring>,
     limit: u64,
     window: u64,
@@ -63,6 +65,19 @@ impl Ring {
 impl SlidingWindowLog<()> {
     /// The largest limit: the ring holds one `u64` per unit of limit.
     pub const MAX_LIMIT: u64 = 1 << 20;
+}
+
+#[cfg(feature = "quanta")]
+impl SlidingWindowLog<DefaultClock> {
+    /// At most `quota.rate()` admissions in any span of `quota.per()`, on the default clock
+    /// ([`QuantaClock`](crate::QuantaClock)).
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::LimitTooLarge`] above [`SlidingWindowLog::MAX_LIMIT`].
+    pub fn new(quota: Quota) -> Result<Self, QuotaError> {
+        SlidingWindowLog::with_clock(quota, DefaultClock::new())
+    }
 }
 
 impl<C: Clock> SlidingWindowLog<C> {

@@ -1,6 +1,8 @@
 use core::time::Duration;
 
-use crate::clock::{Clock, is_coarse};
+#[cfg(feature = "quanta")]
+use crate::clock::DefaultClock;
+use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
 use crate::gcra_math::{self, GcraParams};
 use crate::reservation::{Reservation, ReservationGuard};
 use crate::state_cell::{StateCell, Step};
@@ -35,12 +37,21 @@ use crate::{Decision, InsufficientCapacity, Quota, RateLimiter, ThrottleError};
 /// assert_eq!(t.reserve(max), Ok(Duration::from_millis(1500)));
 /// ```
 #[derive(Debug)]
-pub struct Throttle<C> {
+pub struct Throttle<C = DefaultClockOrNone> {
     /// The next free slot (theoretical arrival time), in units of `1/scale` ns.
     tat: StateCell,
     params: GcraParams,
     quota: Quota,
     clock: C,
+}
+
+#[cfg(feature = "quanta")]
+impl Throttle<DefaultClock> {
+    /// A throttle on the default clock ([`QuantaClock`](crate::QuantaClock)) whose first `burst`
+    /// slots are free now, then one per period.
+    pub fn new(quota: Quota) -> Throttle<DefaultClock> {
+        Throttle::with_clock(quota, DefaultClock::new())
+    }
 }
 
 impl<C: Clock> Throttle<C> {

@@ -1,6 +1,6 @@
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
-use crate::clock::{Clock, is_coarse};
+use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
 use crate::decision::Detail;
 use crate::state_cell::{StateCell, Step};
 use crate::token_bucket_math::{self, BucketParams, Outcome, Reading};
@@ -55,11 +55,6 @@ pub struct TokenBucket<C = DefaultClockOrNone> {
     quota: Quota,
     clock: C,
 }
-
-#[cfg(feature = "quanta")]
-type DefaultClockOrNone = DefaultClock;
-#[cfg(not(feature = "quanta"))]
-type DefaultClockOrNone = crate::ManualClock;
 
 #[cfg(feature = "quanta")]
 impl TokenBucket<DefaultClock> {

@@ -328,11 +328,25 @@ macro_rules! window_limiter {
     ($(#[$doc:meta])* $name:ident, $step:path, $max:expr, $counts:expr) => {
         $(#[$doc])*
         #[derive(Debug)]
-        pub struct $name<C> {
+        pub struct $name<C = crate::clock::DefaultClockOrNone> {
             word: crate::state_cell::StateCell,
             params: crate::window_math::WindowParams,
             quota: crate::Quota,
             clock: C,
+        }
+
+        #[cfg(feature = "quanta")]
+        impl $name<crate::clock::DefaultClock> {
+            /// At most `quota.rate()` admissions per window of `quota.per()`, windows counted from
+            /// now on the default clock ([`QuantaClock`](crate::QuantaClock)).
+            ///
+            /// # Errors
+            ///
+            /// [`QuotaError::LimitTooLarge`](crate::QuotaError::LimitTooLarge) if the limit does
+            /// not fit the packed counters.
+            pub fn new(quota: crate::Quota) -> Result<Self, crate::QuotaError> {
+                $name::with_clock(quota, crate::clock::DefaultClock::new())
+            }
         }
 
         impl<C: crate::Clock> $name<C> {

@@ -334,3 +334,24 @@ fn bucket_backward_tolerance_leaves_room_for_a_stamp_ahead() {
         "admitted {more} more after a step back; only 80 were left"
     );
 }
+
+/// Every limiter is built the same two ways: `new(quota)` on the default clock, `with_clock` on
+/// another; the default clock needs no type named.
+#[test]
+fn every_limiter_has_new_on_the_default_clock() {
+    use atomic_limiter::{FixedWindow, SlidingWindowCounter, SlidingWindowLog, Throttle};
+    let q = Quota::per_second(5);
+    let limiters: Vec<Box<dyn RateLimiter>> = vec![
+        Box::new(Gcra::new(q)),
+        Box::new(TokenBucket::new(q)),
+        Box::new(Throttle::new(q)),
+        Box::new(FixedWindow::new(q).unwrap()),
+        Box::new(SlidingWindowCounter::new(q).unwrap()),
+        Box::new(SlidingWindowLog::new(q).unwrap()),
+    ];
+    for l in &limiters {
+        assert_eq!((0..10).filter(|_| l.check().is_allowed()).count(), 5);
+    }
+    let _: Throttle = Throttle::new(q);
+    let _: FixedWindow = FixedWindow::new(q).unwrap();
+}

@@ -1,3 +1,4 @@
+use crate::clock::DefaultClockOrNone;
 use std::sync::Mutex;
 
 use crate::baseline::BaselineLock;
@@ -32,11 +33,6 @@ pub struct MutexGcra<C = DefaultClockOrNone, L = Mutex<u64>> {
     quota: Quota,
     clock: C,
 }
-
-#[cfg(feature = "quanta")]
-type DefaultClockOrNone = DefaultClock;
-#[cfg(not(feature = "quanta"))]
-type DefaultClockOrNone = crate::ManualClock;
 
 #[cfg(feature = "quanta")]
 impl<L: BaselineLock<u64>> MutexGcra<DefaultClock, L> {

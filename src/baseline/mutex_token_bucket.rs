@@ -1,3 +1,4 @@
+use crate::clock::DefaultClockOrNone;
 use std::sync::Mutex;
 
 use crate::baseline::BaselineLock;
@@ -45,11 +46,6 @@ pub struct MutexTokenBucket<C = DefaultClockOrNone, L = Mutex<TextbookBucket>> {
     quota: Quota,
     clock: C,
 }
-
-#[cfg(feature = "quanta")]
-type DefaultClockOrNone = DefaultClock;
-#[cfg(not(feature = "quanta"))]
-type DefaultClockOrNone = crate::ManualClock;
 
 #[cfg(feature = "quanta")]
 impl<L: BaselineLock<TextbookBucket>> MutexTokenBucket<DefaultClock, L> {

@@ -98,3 +98,10 @@ impl<C: Clock + ?Sized> Clock for &C {
 /// otherwise there is no default and limiters are built with `with_clock`.
 #[cfg(feature = "quanta")]
 pub type DefaultClock = QuantaClock;
+
+/// Every limiter's default clock type parameter: [`DefaultClock`] where there is one, else
+/// [`ManualClock`] (whose limiters are then built with `with_clock`, as without a default).
+#[cfg(feature = "quanta")]
+pub(crate) type DefaultClockOrNone = DefaultClock;
+#[cfg(not(feature = "quanta"))]
+pub(crate) type DefaultClockOrNone = ManualClock;
