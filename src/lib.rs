@@ -19,7 +19,7 @@
 //! | [`Decision`] | allowed? remaining, retry-after, reset-after |
 //! | [`Wait`], [`WaitError`] | waiting instead of rejecting: [`RateLimiter::wait_n`], [`RateLimiter::until_n_ready_with`] |
 //! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
-//! | [`baseline`] | the textbook mutex limiters, for benchmarks and differential tests |
+//! | `baseline` (feature) | the textbook mutex limiters, for benchmarks and differential tests |
 //!
 //! Long-form documents live in the repository's `docs/` folder: `design.md` (the maths, the packed
 //! layouts, the range analysis and the memory-ordering argument).
@@ -48,7 +48,8 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `std` | yes | [`StdClock`], the [`baseline`] limiters |
+//! | `std` | yes | [`StdClock`], [`SlidingWindowLog`], [`Sharded`], [`Keyed`] |
+//! | `baseline` | no | the textbook mutex limiters ([`baseline`](crate#features)), for comparisons |
 //! | `quanta` | yes | [`QuantaClock`] (the default clock) and [`CoarseClock`] |
 //! | `portable-atomic` | no | 64-bit atomics on targets without them |
 //! | `loom` | no | loom's atomics, under `--cfg atomic_limiter_loom` (for `loom-tests/`) |
@@ -61,7 +62,7 @@
 
 extern crate alloc;
 
-#[cfg(feature = "std")]
+#[cfg(feature = "baseline")]
 pub mod baseline;
 mod clock;
 #[cfg(all(
