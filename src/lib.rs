@@ -52,7 +52,6 @@
 //! | `baseline` | no | the textbook mutex limiters ([`baseline`](crate#features)), for comparisons |
 //! | `quanta` | yes | [`QuantaClock`] (the default clock) and [`CoarseClock`] |
 //! | `portable-atomic` | no | 64-bit atomics on targets without them |
-//! | `loom` | no | loom's atomics, under `--cfg atomic_limiter_loom` (for `loom-tests/`) |
 //!
 //! Without `std` the crate is `no_std` (it needs `alloc` for [`ManualClock`]'s shared time):
 //! [`Quota`], [`Gcra`], [`TokenBucket`], [`FixedWindow`], [`SlidingWindowCounter`], [`Throttle`]

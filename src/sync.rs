@@ -5,17 +5,14 @@
 //!
 //! | cfg / feature                       | `AtomicU64` comes from      |
 //! |-------------------------------------|-----------------------------|
-//! | `--cfg atomic_limiter_loom` + `loom` | `loom::sync::atomic`        |
+//! | `--cfg atomic_limiter_loom`         | `loom::sync::atomic`        |
 //! | feature `portable-atomic`           | `portable_atomic`           |
 //! | otherwise                           | `core::sync::atomic`        |
 //!
 //! `Arc` follows the same switch so that a [`ManualClock`](crate::ManualClock) shared between
 //! loom threads is visible to loom too.
 
-#[cfg(all(atomic_limiter_loom, not(feature = "loom")))]
-compile_error!("`--cfg atomic_limiter_loom` needs the `loom` feature of atomic-limiter");
-
-#[cfg(all(atomic_limiter_loom, feature = "loom"))]
+#[cfg(atomic_limiter_loom)]
 pub(crate) use loom::sync::{
     Arc,
     atomic::{AtomicU64, Ordering},
@@ -39,7 +36,7 @@ pub(crate) use core::sync::atomic::AtomicU64 as StaticAtomicU64;
 #[cfg(feature = "portable-atomic")]
 pub(crate) use portable_atomic::AtomicU64 as StaticAtomicU64;
 
-#[cfg(all(atomic_limiter_loom, feature = "loom"))]
+#[cfg(atomic_limiter_loom)]
 pub(crate) use loom::sync::atomic::AtomicUsize;
 
 #[cfg(all(not(atomic_limiter_loom), feature = "std"))]
@@ -53,7 +50,7 @@ pub(crate) use alloc::sync::Arc;
 
 /// The mutex behind a keyed limiter's eviction index: loom's under the loom cfg, so that a model
 /// that reaches the cap sees it.
-#[cfg(all(atomic_limiter_loom, feature = "loom"))]
+#[cfg(atomic_limiter_loom)]
 pub(crate) use loom::sync::Mutex;
 #[cfg(all(not(atomic_limiter_loom), feature = "std"))]
 pub(crate) use std::sync::Mutex;
@@ -102,16 +99,10 @@ pub(crate) fn home_slot() -> usize {
     thread_slot()
 }
 
-/// Under loom, as [`thread_slot`].
-#[cfg(atomic_limiter_loom)]
-pub(crate) fn home_slot() -> usize {
-    0
-}
-
 /// Under loom every thread starts on shard 0 (loom shares thread-locals between its threads, so a
 /// per-thread number would not be per thread): the models exercise stealing, and pass explicit
 /// home shards where they want others.
 #[cfg(atomic_limiter_loom)]
-pub(crate) fn thread_slot() -> usize {
+pub(crate) fn home_slot() -> usize {
     0
 }
