@@ -24,6 +24,25 @@ pub type DefaultHasher = ahash::RandomState;
 /// A function giving each key its quota.
 pub type QuotaFn<K> = Box<dyn Fn(&K) -> Quota + Send + Sync>;
 
+/// The quota of each key of a [`Keyed`] limiter: one for all, or one per key from a function.
+pub enum KeyQuotas<K> {
+    /// Every key on this quota (one limiter serves them all).
+    Every(Quota),
+    /// Each key on the quota the function gives it (keys with equal quotas share a limiter).
+    PerKey(QuotaFn<K>),
+}
+
+/// How a `Keyed` finds a key's limiter.
+enum Quotas<K, L> {
+    /// One limiter for every key.
+    Shared(Arc<L>),
+    /// A quota per key, and one limiter per distinct quota while a held key uses it.
+    PerKey {
+        quota_for: QuotaFn<K>,
+        by_quota: DashMap<Quota, Arc<L>, DefaultHasher>,
+    },
+}
+
 /// One key's entry: its state word and the shared limiter (quota and clock) it is checked with.
 #[derive(Debug)]
 pub struct KeyEntry<L> {
@@ -103,12 +122,8 @@ impl<L: KeyedLimiter> KeyEntry<L> {
 /// ```
 pub struct Keyed<K, L, M = DashMap<K, KeyEntry<L>, DefaultHasher>> {
     store: M,
-    /// The quota of every key, or `None` with a quota function.
-    shared: Option<Arc<L>>,
-    quota_for: Option<QuotaFn<K>>,
+    quotas: Quotas<K, L>,
     make: Box<dyn Fn(Quota) -> L + Send + Sync>,
-    /// One shared limiter per distinct quota the quota function returns, while a key uses it.
-    by_quota: DashMap<Quota, Arc<L>, DefaultHasher>,
     max_keys: usize,
     /// Keys held, or being inserted: never above `max_keys` (a place is taken before inserting).
     count: AtomicUsize,
@@ -135,8 +150,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter> Keyed<K, L> {
         Keyed::with_store(
             DashMap::with_hasher(DefaultHasher::new()),
             max_keys,
-            Some(quota),
-            None,
+            KeyQuotas::Every(quota),
             make,
         )
     }
@@ -150,8 +164,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter> Keyed<K, L> {
         Keyed::with_store(
             DashMap::with_hasher(DefaultHasher::new()),
             max_keys,
-            None,
-            Some(Box::new(quota_for)),
+            KeyQuotas::PerKey(Box::new(quota_for)),
             make,
         )
     }
@@ -200,16 +213,20 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     pub fn with_store(
         store: M,
         max_keys: usize,
-        quota: Option<Quota>,
-        quota_for: Option<QuotaFn<K>>,
+        quotas: KeyQuotas<K>,
         make: impl Fn(Quota) -> L + Send + Sync + 'static,
     ) -> Self {
+        let quotas = match quotas {
+            KeyQuotas::Every(quota) => Quotas::Shared(Arc::new(make(quota))),
+            KeyQuotas::PerKey(quota_for) => Quotas::PerKey {
+                quota_for,
+                by_quota: DashMap::with_hasher(DefaultHasher::new()),
+            },
+        };
         Keyed {
             store,
-            shared: quota.map(|q| Arc::new(make(q))),
-            quota_for,
+            quotas,
             make: Box::new(make),
-            by_quota: DashMap::with_hasher(DefaultHasher::new()),
             max_keys: max_keys.max(1),
             count: AtomicUsize::new(0),
             due: Mutex::new(DueQueue::new()),
@@ -252,7 +269,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Some(shared) = &self.shared {
+        if let Quotas::Shared(shared) = &self.quotas {
             // One quota for every key: every entry's limiter is `shared`. Only the transition runs
             // under the shard lock; the decision is worked out after it is released.
             InsufficientCapacity::check(n, shared.quota().burst())?;
@@ -339,10 +356,9 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         // The key as stored is made from a borrowed form (`&str`) only when needed: by a quota
         // function (which takes the stored form), else once the key has a place.
         let mut owned: Option<K> = None;
-        let quota = match (&self.shared, &self.quota_for) {
-            (Some(shared), _) => *shared.quota(),
-            (None, Some(quota_for)) => quota_for(owned.insert(key.to_owned())),
-            (None, None) => unreachable_quota(),
+        let quota = match &self.quotas {
+            Quotas::Shared(shared) => *shared.quota(),
+            Quotas::PerKey { quota_for, .. } => quota_for(owned.insert(key.to_owned())),
         };
         InsufficientCapacity::check(n, quota.burst())?;
         if n == 0 {
@@ -402,21 +418,20 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     }
 
     fn limiter_for(&self, quota: Quota) -> Arc<L> {
-        if let Some(shared) = &self.shared {
-            return shared.clone();
+        match &self.quotas {
+            Quotas::Shared(shared) => shared.clone(),
+            Quotas::PerKey { by_quota, .. } => by_quota
+                .entry(quota)
+                .or_insert_with(|| Arc::new((self.make)(quota)))
+                .clone(),
         }
-        self.by_quota
-            .entry(quota)
-            .or_insert_with(|| Arc::new((self.make)(quota)))
-            .clone()
     }
 
     /// Drops the shared limiter of `quota` if no held key uses it any more. The check runs under
     /// the map's shard lock, where every new user of it is made, so none can appear meanwhile.
     fn forget_unused(&self, quota: &Quota) {
-        if self.shared.is_none() {
-            self.by_quota
-                .remove_if(quota, |_, limiter| Arc::strong_count(limiter) == 1);
+        if let Quotas::PerKey { by_quota, .. } = &self.quotas {
+            by_quota.remove_if(quota, |_, limiter| Arc::strong_count(limiter) == 1);
         }
     }
 
@@ -482,9 +497,8 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         });
         // Relaxed: as in `take_place`.
         self.count.fetch_sub(removed, Ordering::Relaxed);
-        if self.shared.is_none() {
-            self.by_quota
-                .retain(|_, limiter| Arc::strong_count(limiter) > 1);
+        if let Quotas::PerKey { by_quota, .. } = &self.quotas {
+            by_quota.retain(|_, limiter| Arc::strong_count(limiter) > 1);
         }
         self.due
             .lock()
@@ -497,7 +511,9 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     pub fn shrink(&self) -> usize {
         let removed = self.retain_recent();
         self.store.shrink_to_fit();
-        self.by_quota.shrink_to_fit();
+        if let Quotas::PerKey { by_quota, .. } = &self.quotas {
+            by_quota.shrink_to_fit();
+        }
         self.due
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -525,13 +541,6 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
 
 fn duration_ns(d: core::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Without a shared limiter there is always a quota function (the constructors set one
-/// or the other); this keeps the code free of a panic path all the same.
-#[cold]
-fn unreachable_quota() -> Quota {
-    Quota::per_second(1)
 }
 
 #[cfg(all(test, not(atomic_limiter_loom)))]

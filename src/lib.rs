@@ -115,7 +115,7 @@ pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use insufficient_capacity::InsufficientCapacity;
 #[cfg(feature = "std")]
-pub use keyed::{DefaultHasher, KeyEntry, Keyed, QuotaFn};
+pub use keyed::{DefaultHasher, KeyEntry, KeyQuotas, Keyed, QuotaFn};
 #[cfg(feature = "std")]
 pub use keyed_limiter::{KeyState, KeyedLimiter};
 #[cfg(feature = "std")]

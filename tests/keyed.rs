@@ -1,8 +1,8 @@
 //! Keyed limiters: bounded memory under floods, eviction that never over-admits, racing inserts.
 
 use atomic_limiter::{
-    Clock, Decision, DefaultHasher, Gcra, InsufficientCapacity, Keyed, KeyedStore, ManualClock,
-    Quota, RateLimiter, TokenBucket,
+    Clock, Decision, DefaultHasher, Gcra, InsufficientCapacity, KeyQuotas, Keyed, KeyedStore,
+    ManualClock, Quota, RateLimiter, TokenBucket,
 };
 use dashmap::DashMap;
 use proptest::prelude::*;
@@ -313,8 +313,7 @@ fn at_the_cap_under_steady_churn_a_new_key_looks_at_a_few_entries_not_the_map() 
     let keyed = Keyed::with_store(
         store,
         cap as usize,
-        Some(Quota::per_second(1)),
-        None,
+        KeyQuotas::Every(Quota::per_second(1)),
         move |q| Gcra::with_clock(q, c.clone()),
     );
     // Fill the table, one key per 1/cap s: key k is full again 1 s after its check.

@@ -309,7 +309,7 @@ mod sharded {
 /// both insert, each with a fresh bucket.
 mod keyed {
     use super::*;
-    use atomic_limiter::{KeyEntry, Keyed, KeyedStore};
+    use atomic_limiter::{KeyEntry, KeyQuotas, Keyed, KeyedStore};
     use loom::sync::Mutex;
     use std::collections::HashMap;
 
@@ -381,8 +381,7 @@ mod keyed {
             let keyed = Arc::new(Keyed::with_store(
                 store,
                 8,
-                Some(quota(1)),
-                None,
+                KeyQuotas::Every(quota(1)),
                 move |q| Gcra::with_clock(q, clock.clone()),
             ));
             let handles: Vec<_> = (0..2)
