@@ -1,6 +1,6 @@
 use core::time::Duration;
 
-use crate::token_bucket_math::BucketFigures;
+use crate::token_bucket::math::BucketFigures;
 
 /// The answer to one check: allowed or not, and everything a `429` response needs.
 ///

@@ -1,9 +1,15 @@
+pub(crate) mod math;
+pub(crate) mod reservation;
+pub(crate) mod throttle;
+
+use self::math::GcraParams;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
-use crate::gcra_math::{self, GcraParams};
+use crate::decision::Decision;
+use crate::quota::Quota;
+use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
 use crate::state_cell::{StateCell, Step};
-use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
 
 /// A lock-free GCRA (generic cell rate algorithm) limiter: the whole state is one `AtomicU64`.
 ///
@@ -155,7 +161,7 @@ impl<C: Clock> Gcra<C> {
     #[inline]
     pub(crate) fn step(&self, now: u64, n: u32) -> impl Fn(u64) -> Step<Decision> + '_ {
         let resolution = self.clock.resolution();
-        move |tat| gcra_math::meter(tat, now, n, &self.params, resolution)
+        move |tat| math::meter(tat, now, n, &self.params, resolution)
     }
 
     #[cfg(feature = "std")]
@@ -163,10 +169,8 @@ impl<C: Clock> Gcra<C> {
     /// half-way): the TAT moves back by their cost, never behind now, so never past full.
     pub(crate) fn give_back(&self, n: u32) {
         let now = self.reading();
-        self.tat.update(gcra_math::refund_step(
-            now,
-            u64::from(n) * self.params.token,
-        ));
+        self.tat
+            .update(math::refund_step(now, u64::from(n) * self.params.token));
     }
 
     /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.

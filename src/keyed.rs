@@ -1,3 +1,7 @@
+pub(crate) mod due;
+pub(crate) mod limiter;
+pub(crate) mod store;
+
 use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
 use core::borrow::Borrow;
@@ -8,12 +12,12 @@ use core::time::Duration;
 use dashmap::DashMap;
 
 use crate::decision::Detail;
-use crate::keyed_due::{DueQueue, Front, NoRoom};
-use crate::keyed_limiter::{KeyState, KeyedLimiter};
-use crate::keyed_store::KeyedStore;
+use crate::keyed::due::{DueQueue, Front, NoRoom};
+use crate::keyed::limiter::{KeyState, KeyedLimiter};
+use crate::keyed::store::KeyedStore;
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
 use crate::wait::Wait;
-use crate::wait_error::WaitError;
+use crate::wait::WaitError;
 use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, TokenBucket};
 use std::sync::PoisonError;
 

@@ -64,46 +64,19 @@ extern crate alloc;
 #[cfg(feature = "baseline")]
 pub mod baseline;
 mod clock;
-#[cfg(all(
-    feature = "std",
-    target_os = "linux",
-    target_env = "gnu",
-    any(target_arch = "x86_64", target_arch = "aarch64"),
-    not(miri),
-    not(atomic_limiter_loom)
-))]
-mod current_cpu;
 mod decision;
-mod fixed_window;
 mod gcra;
-mod gcra_math;
-mod insufficient_capacity;
 #[cfg(feature = "std")]
 mod keyed;
-#[cfg(feature = "std")]
-mod keyed_due;
-#[cfg(feature = "std")]
-mod keyed_limiter;
-#[cfg(feature = "std")]
-mod keyed_store;
 mod quota;
-mod quota_error;
 mod rate_limiter;
-mod reservation;
 #[cfg(feature = "std")]
 mod sharded;
-mod sliding_window_counter;
-#[cfg(feature = "std")]
-mod sliding_window_log;
 mod state_cell;
 mod sync;
-mod throttle;
-mod throttle_error;
 mod token_bucket;
-mod token_bucket_math;
 mod wait;
-mod wait_error;
-mod window_math;
+mod window;
 
 #[cfg(feature = "std")]
 pub use clock::StdClock;
@@ -111,36 +84,31 @@ pub use clock::{Clock, ManualClock};
 #[cfg(feature = "quanta")]
 pub use clock::{CoarseClock, DefaultClock, QuantaClock};
 pub use decision::Decision;
-pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
-pub use insufficient_capacity::InsufficientCapacity;
+pub use gcra::reservation::{Reservation, ReservationGuard};
+pub use gcra::throttle::{Throttle, ThrottleError};
+#[cfg(feature = "std")]
+pub use keyed::limiter::{KeyState, KeyedLimiter};
+#[cfg(feature = "std")]
+pub use keyed::store::KeyedStore;
 #[cfg(feature = "std")]
 pub use keyed::{DefaultHasher, KeyEntry, KeyQuotas, Keyed, QuotaFn};
-#[cfg(feature = "std")]
-pub use keyed_limiter::{KeyState, KeyedLimiter};
-#[cfg(feature = "std")]
-pub use keyed_store::KeyedStore;
-pub use quota::Quota;
-pub use quota_error::QuotaError;
-pub use rate_limiter::RateLimiter;
-pub use reservation::{Reservation, ReservationGuard};
+pub use quota::{Quota, QuotaError};
+pub use rate_limiter::{InsufficientCapacity, RateLimiter};
 #[cfg(feature = "std")]
 pub use sharded::Sharded;
-pub use sliding_window_counter::SlidingWindowCounter;
-#[cfg(feature = "std")]
-pub use sliding_window_log::SlidingWindowLog;
-pub use throttle::Throttle;
-pub use throttle_error::ThrottleError;
 pub use token_bucket::TokenBucket;
-pub use wait::Wait;
-pub use wait_error::WaitError;
+pub use wait::{Wait, WaitError};
+#[cfg(feature = "std")]
+pub use window::log::SlidingWindowLog;
+pub use window::{FixedWindow, SlidingWindowCounter};
 
 /// Internals the fuzz targets check directly (built only under cargo-fuzz's `--cfg fuzzing`).
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzz_api {
     use crate::Quota;
-    use crate::token_bucket_math::BucketParams;
+    use crate::token_bucket::math::BucketParams;
 
     /// The token bucket's word layout for `quota`: (token bits, stamp bits, cap in units).
     pub fn bucket_layout(quota: &Quota) -> (u32, u32, u64) {

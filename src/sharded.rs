@@ -1,10 +1,20 @@
+#[cfg(all(
+    target_os = "linux",
+    target_env = "gnu",
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    not(miri),
+    not(atomic_limiter_loom)
+))]
+pub(crate) mod current_cpu;
+mod home;
+
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use crossbeam_utils::CachePadded;
 
 use crate::decision::Detail;
-use crate::keyed_limiter::KeyedLimiter;
+use crate::keyed::limiter::KeyedLimiter;
 use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, RateLimiter, TokenBucket};
 
 /// One logical quota kept in per-core shards, so that threads on different cores do not bounce one
@@ -146,7 +156,7 @@ impl<L: KeyedLimiter> Sharded<L> {
     /// Asks for one token.
     #[inline]
     pub fn check(&self) -> Decision {
-        let home = crate::sync::home_slot() & self.mask;
+        let home = home::home_slot() & self.mask;
         // One token never exceeds a share's burst, so the shard's plain `check` serves (no
         // `Result` to build and take apart on the hot path).
         let d = self.shards[home].check();
@@ -164,7 +174,7 @@ impl<L: KeyedLimiter> Sharded<L> {
     /// [`InsufficientCapacity`] if `n` exceeds the quota's burst.
     #[inline]
     pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        self.check_n_from(crate::sync::home_slot(), n)
+        self.check_n_from(home::home_slot(), n)
     }
 
     /// The check with an explicit home shard (taken modulo the shard count), for tests and models.

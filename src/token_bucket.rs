@@ -1,10 +1,14 @@
+pub(crate) mod math;
+
+use self::math::{BucketParams, Outcome, Reading};
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
+use crate::decision::Decision;
 use crate::decision::Detail;
+use crate::quota::Quota;
+use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
 use crate::state_cell::{StateCell, Step};
-use crate::token_bucket_math::{self, BucketParams, Outcome, Reading};
-use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
 
 /// A lock-free token bucket: fixed-point tokens and the tick of the last refill packed in one
 /// `AtomicU64`, refilled lazily on each check.
@@ -206,7 +210,7 @@ impl<C: Clock> TokenBucket<C> {
         let decision = move |allowed, figures| {
             Some(Decision::new(allowed, resolution, Detail::Bucket(figures)))
         };
-        move |word| match token_bucket_math::decide(word, now, n, &self.params, reading) {
+        move |word| match math::decide(word, now, n, &self.params, reading) {
             Outcome::Deny { figures } => Step::Keep(decision(false, figures)),
             Outcome::Allow { figures, .. } if n == 0 => Step::Keep(decision(true, figures)),
             Outcome::Allow { word, figures } => Step::Store(word, decision(true, figures)),
@@ -219,13 +223,13 @@ impl<C: Clock> TokenBucket<C> {
     /// half-way): never past the cap, re-phased like any bucket that fills.
     pub(crate) fn give_back(&self, n: u32) {
         let now = self.clock.now();
-        let cost = u64::from(n) * token_bucket_math::UNIT;
-        self.word.update(|word| {
-            match token_bucket_math::give_back(word, now, cost, &self.params) {
+        let cost = u64::from(n) * math::UNIT;
+        self.word.update(
+            |word| match math::give_back(word, now, cost, &self.params) {
                 Some(new) => Step::Store(new, ()),
                 None => Step::Keep(()),
-            }
-        });
+            },
+        );
     }
 
     /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.

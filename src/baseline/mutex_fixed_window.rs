@@ -4,6 +4,6 @@ mutex_window!(
     /// [`FixedWindow`](crate::FixedWindow)'s maths behind a lock, for benchmarks and differential
     /// tests.
     MutexFixedWindow,
-    crate::window_math::fixed,
+    crate::window::math::fixed,
     (1 << 31) - 1
 );

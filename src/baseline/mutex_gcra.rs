@@ -5,7 +5,7 @@ use crate::baseline::BaselineLock;
 use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
-use crate::gcra_math::{self, GcraParams, Outcome};
+use crate::gcra::math::{self, GcraParams, Outcome};
 use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
 
 /// [`Gcra`](crate::Gcra)'s exact maths behind a lock: the same decisions, with a mutex where the
@@ -58,7 +58,7 @@ impl<C: Clock, L: BaselineLock<u64>> MutexGcra<C, L> {
         let now = self.params.units(self.clock.now());
         let (allowed, after, wait) =
             self.tat
-                .with(|tat| match gcra_math::decide(*tat, now, n, &self.params) {
+                .with(|tat| match math::decide(*tat, now, n, &self.params) {
                     Outcome::Allow { tat: new, after } => {
                         if n > 0 {
                             *tat = new;

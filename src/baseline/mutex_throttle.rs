@@ -3,7 +3,7 @@ use std::sync::Mutex;
 
 use crate::baseline::BaselineLock;
 use crate::clock::Clock;
-use crate::gcra_math::{self, GcraParams};
+use crate::gcra::math::{self, GcraParams};
 use crate::{Quota, ThrottleError};
 
 /// [`Throttle`](crate::Throttle)'s reservation maths behind a lock, the way a textbook throttler
@@ -62,7 +62,7 @@ impl<C: Clock, L: BaselineLock<u64>> MutexThrottle<C, L> {
         let max = self.params.queue_limit(max_wait);
         let now = self.params.units(self.clock.now());
         let reserved = self.tat.with(|tat| {
-            let r = gcra_math::reserve(*tat, now, n, &self.params, max);
+            let r = math::reserve(*tat, now, n, &self.params, max);
             if let Ok((new, _)) = r {
                 *tat = new;
             }

@@ -1,4 +1,4 @@
-//! The window limiters' mutex twins: the same pure step (`window_math`) behind a lock.
+//! The window limiters' mutex twins: the same pure step (`window::math`) behind a lock.
 
 /// A window baseline type: the struct, its constructor and `RateLimiter`, with `$step` under the
 /// lock.
@@ -8,7 +8,7 @@ macro_rules! mutex_window {
         #[derive(Debug)]
         pub struct $name<C, L = std::sync::Mutex<u64>> {
             word: L,
-            params: crate::window_math::WindowParams,
+            params: crate::window::math::WindowParams,
             quota: crate::Quota,
             clock: C,
         }
@@ -20,7 +20,7 @@ macro_rules! mutex_window {
             ///
             /// As the lock-free twin's `with_clock`.
             pub fn with_clock(quota: crate::Quota, clock: C) -> Result<Self, crate::QuotaError> {
-                let params = crate::window_math::WindowParams::new(&quota, clock.now(), $max)?;
+                let params = crate::window::math::WindowParams::new(&quota, clock.now(), $max)?;
                 Ok($name { word: L::new(0), params, quota, clock })
             }
         }

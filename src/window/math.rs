@@ -330,7 +330,7 @@ macro_rules! window_limiter {
         #[derive(Debug)]
         pub struct $name<C = crate::clock::DefaultClockOrNone> {
             word: crate::state_cell::StateCell,
-            params: crate::window_math::WindowParams,
+            params: crate::window::math::WindowParams,
             quota: crate::Quota,
             clock: C,
         }
@@ -358,7 +358,7 @@ macro_rules! window_limiter {
             /// [`QuotaError::LimitTooLarge`](crate::QuotaError::LimitTooLarge) if the limit does
             /// not fit the packed counters.
             pub fn with_clock(quota: crate::Quota, clock: C) -> Result<Self, crate::QuotaError> {
-                let params = crate::window_math::WindowParams::new(&quota, clock.now(), $max)?;
+                let params = crate::window::math::WindowParams::new(&quota, clock.now(), $max)?;
                 Ok($name {
                     word: crate::state_cell::StateCell::new(0),
                     params,

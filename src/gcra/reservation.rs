@@ -1,7 +1,7 @@
 use core::time::Duration;
 
+use super::throttle::Throttle;
 use crate::clock::Clock;
-use crate::throttle::Throttle;
 
 /// A slot taken by [`Throttle::reserve_refundable`]: when to go, and the means to hand the slot
 /// back if the work is abandoned before it used it.

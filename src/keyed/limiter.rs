@@ -15,7 +15,7 @@ pub struct KeyState(pub(crate) StateCell);
 pub struct Seen {
     now: u64,
     word: u64,
-    /// Whether `now` was read after the word was loaded (see `token_bucket_math::Reading`).
+    /// Whether `now` was read after the word was loaded (see `token_bucket::math::Reading`).
     fresh: bool,
 }
 

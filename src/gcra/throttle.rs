@@ -1,12 +1,14 @@
 use core::time::Duration;
 
+use super::math::{self, GcraParams};
+use super::reservation::{Reservation, ReservationGuard};
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
-use crate::gcra_math::{self, GcraParams};
-use crate::reservation::{Reservation, ReservationGuard};
+use crate::decision::Decision;
+use crate::quota::Quota;
+use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
 use crate::state_cell::{StateCell, Step};
-use crate::{Decision, InsufficientCapacity, Quota, RateLimiter, ThrottleError};
 
 /// The leaky bucket as a **queue**: it spaces requests at the quota's pace instead of refusing
 /// them. Each caller reserves the next free slot with one compare-and-swap and learns how long to
@@ -98,7 +100,7 @@ impl<C: Clock> Throttle<C> {
         n: u32,
         max: u64,
     ) -> impl Fn(u64) -> Step<Result<Duration, ThrottleError>> + '_ {
-        move |tat| match gcra_math::reserve(tat, now, n, &self.params, max) {
+        move |tat| match math::reserve(tat, now, n, &self.params, max) {
             Ok((new, wait)) => Step::Store(new, self.params.reservation(Ok(wait))),
             Err(wait) => Step::Keep(self.params.reservation(Err(wait))),
         }
@@ -121,12 +123,10 @@ impl<C: Clock> Throttle<C> {
         let max = self.params.queue_limit(max_wait);
         let (wait, end) = self
             .tat
-            .update(
-                |tat| match gcra_math::reserve(tat, now, n, &self.params, max) {
-                    Ok((new, wait)) => Step::Store(new, Ok((wait, new))),
-                    Err(wait) => Step::Keep(Err(wait)),
-                },
-            )
+            .update(|tat| match math::reserve(tat, now, n, &self.params, max) {
+                Ok((new, wait)) => Step::Store(new, Ok((wait, new))),
+                Err(wait) => Step::Keep(Err(wait)),
+            })
             .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait)))?;
         let cost = u64::from(n) * self.params.token;
         Ok(Reservation::new(
@@ -158,7 +158,7 @@ impl<C: Clock> Throttle<C> {
     }
 
     fn refund_latest_step(now: u64, end: u64, cost: u64) -> impl Fn(u64) -> Step<bool> {
-        move |tat| match gcra_math::refund_latest(tat, now, end, cost) {
+        move |tat| match math::refund_latest(tat, now, end, cost) {
             Some(new) => Step::Store(new, true),
             None => Step::Keep(false),
         }
@@ -185,7 +185,7 @@ impl<C: Clock> Throttle<C> {
     fn meter_at(&self, now: u64, n: u32) -> Decision {
         let resolution = self.clock.resolution();
         self.tat
-            .update(|tat| gcra_math::meter(tat, now, n, &self.params, resolution))
+            .update(|tat| math::meter(tat, now, n, &self.params, resolution))
     }
 
     /// The quota it paces to.
@@ -219,3 +219,25 @@ impl<C: Clock> RateLimiter for Throttle<C> {
         &self.quota
     }
 }
+
+/// Why a [`Throttle`](crate::Throttle) reservation was not made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThrottleError {
+    /// More tokens than the burst: no slot could ever hold them.
+    InsufficientCapacity(InsufficientCapacity),
+    /// The slot is further off than the caller's maximum wait; nothing was reserved.
+    WouldWait(Duration),
+}
+
+impl core::fmt::Display for ThrottleError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ThrottleError::InsufficientCapacity(e) => e.fmt(f),
+            ThrottleError::WouldWait(d) => {
+                write!(f, "the next slot is {d:?} away, past the maximum wait")
+            }
+        }
+    }
+}
+
+impl core::error::Error for ThrottleError {}
