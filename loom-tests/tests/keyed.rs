@@ -1,0 +1,111 @@
+//! Model 6, on `Keyed`: racing first checks on one key share one bucket.
+#![cfg(atomic_limiter_loom)]
+
+mod common;
+
+use atomic_limiter::{Gcra, ManualClock};
+use common::*;
+use loom::sync::Arc;
+use loom::thread;
+
+/// Model 6: the keyed limiter's insert-or-get race. Two threads make the first check on the same
+/// key at once, burst 1: one bucket must be created, so exactly one is admitted. dashmap's locks
+/// are invisible to loom, so the model runs `Keyed` on a map loom can see: a loom mutex around a
+/// `HashMap`. Its broken twin looks the key up, unlocks, and inserts afterwards: two threads can
+/// both insert, each with a fresh bucket.
+use atomic_limiter::{KeyEntry, KeyQuotas, Keyed, KeyedStore};
+use loom::sync::Mutex;
+use std::collections::HashMap;
+
+struct LoomMap<V> {
+    map: Mutex<HashMap<u32, Arc<V>>>,
+    broken: bool,
+}
+
+impl<V> KeyedStore<u32, V> for LoomMap<V> {
+    fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        u32: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        let v = self.map.lock().unwrap().get(key).cloned();
+        v.map(|v| f(&v))
+    }
+
+    fn with_inserted<R>(
+        &self,
+        key: u32,
+        make: impl FnOnce() -> V,
+        f: impl FnOnce(&V) -> R,
+    ) -> (R, bool) {
+        if self.broken {
+            let found = self.map.lock().unwrap().get(&key).cloned();
+            if let Some(v) = found {
+                return (f(&v), false);
+            }
+            let v = Arc::new(make());
+            self.map.lock().unwrap().insert(key, v.clone());
+            return (f(&v), true);
+        }
+        let mut map = self.map.lock().unwrap();
+        let (v, inserted) = match map.get(&key) {
+            Some(v) => (v.clone(), false),
+            None => {
+                let v = Arc::new(make());
+                map.insert(key, v.clone());
+                (v, true)
+            }
+        };
+        drop(map);
+        (f(&v), inserted)
+    }
+
+    fn remove_where(&self, mut remove: impl FnMut(&u32, &V) -> bool) {
+        self.map.lock().unwrap().retain(|k, v| !remove(k, v));
+    }
+
+    fn remove_if(&self, key: &u32, remove: impl FnOnce(&V) -> bool) -> bool {
+        let mut map = self.map.lock().unwrap();
+        match map.get(key) {
+            Some(v) if remove(v) => map.remove(key).is_some(),
+            _ => false,
+        }
+    }
+}
+
+type L = Gcra<ManualClock>;
+
+fn first_checks_share_one_bucket(broken: bool) {
+    loom::model(move || {
+        let clock = ManualClock::new();
+        let store = LoomMap::<KeyEntry<L>> {
+            map: Mutex::new(HashMap::new()),
+            broken,
+        };
+        let keyed = Arc::new(Keyed::with_store(
+            store,
+            8,
+            KeyQuotas::Every(quota(1)),
+            move |q| Gcra::with_clock(q, clock.clone()),
+        ));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let keyed = keyed.clone();
+                thread::spawn(move || u32::from(keyed.check_key(&7).is_allowed()))
+            })
+            .collect();
+        let admitted: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(admitted, 1, "admitted for one key of burst 1");
+    });
+}
+
+#[test]
+fn model_6_first_checks_share_one_bucket() {
+    first_checks_share_one_bucket(false);
+}
+
+#[test]
+#[should_panic(expected = "admitted for one key of burst 1")]
+fn model_6_broken_twin_is_caught() {
+    first_checks_share_one_bucket(true);
+}
