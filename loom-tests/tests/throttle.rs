@@ -49,12 +49,12 @@ fn model_8_broken_twin_is_caught() {
     slots_are_distinct(true);
 }
 
-// Model 9: a refund racing a reservation. Burst 1, frozen clock; A is reserved first (now). One
-// thread reserves B and gives it back while another reserves C. If B is still the latest
-// reservation when it is given back, its slot goes back: C and the next reservation D take one
-// period and two. If C came after B, nothing is given back (B's slot is left empty rather than
-// handed out under C): C waits two periods and D three. The broken twin refunds with a load and
-// a store and can move the next free slot back under C: D lands on C's slot.
+/// Model 9: a refund racing a reservation. Burst 1, frozen clock; A is reserved first (now). One
+/// thread reserves B and gives it back while another reserves C. If B is still the latest
+/// reservation when it is given back, its slot goes back: C and the next reservation D take one
+/// period and two. If C came after B, nothing is given back (B's slot is left empty rather than
+/// handed out under C): C waits two periods and D three. The broken twin refunds with a load and
+/// a store and can move the next free slot back under C: D lands on C's slot.
 fn refund_and_reserve_both_land(broken: bool) {
     loom::model(move || {
         let t = Arc::new(Throttle::with_clock(quota(1), ManualClock::new()));
