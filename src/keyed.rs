@@ -23,7 +23,7 @@ use std::sync::PoisonError;
 
 /// The default hasher: aHash, keyed randomly per process, fast on short keys and resistant to
 /// hash flooding (an attacker who cannot see the keys cannot aim keys at one bucket).
-pub type DefaultHasher = ahash::RandomState;
+pub type KeyHasher = ahash::RandomState;
 
 /// A function giving each key its quota.
 pub type QuotaFn<K> = Box<dyn Fn(&K) -> Quota + Send + Sync>;
@@ -43,7 +43,7 @@ enum Quotas<K, L> {
     /// A quota per key, and one limiter per distinct quota while a held key uses it.
     PerKey {
         quota_for: QuotaFn<K>,
-        by_quota: DashMap<Quota, Arc<L>, DefaultHasher>,
+        by_quota: DashMap<Quota, Arc<L>, KeyHasher>,
     },
 }
 
@@ -124,7 +124,7 @@ impl<L: KeyedLimiter> KeyEntry<L> {
 /// clock.advance(no_room.retry_after());
 /// assert!(keyed.check_key(&"bob").is_allowed()); // alice's bucket was full: she made room
 /// ```
-pub struct Keyed<K, L, M = DashMap<K, KeyEntry<L>, DefaultHasher>> {
+pub struct Keyed<K, L, M = DashMap<K, KeyEntry<L>, KeyHasher>> {
     store: M,
     quotas: Quotas<K, L>,
     make: Box<dyn Fn(Quota) -> L + Send + Sync>,
@@ -152,7 +152,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter> Keyed<K, L> {
         make: impl Fn(Quota) -> L + Send + Sync + 'static,
     ) -> Self {
         Keyed::with_store(
-            DashMap::with_hasher(DefaultHasher::new()),
+            DashMap::with_hasher(KeyHasher::new()),
             max_keys,
             KeyQuotas::Every(quota),
             make,
@@ -166,7 +166,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter> Keyed<K, L> {
         make: impl Fn(Quota) -> L + Send + Sync + 'static,
     ) -> Self {
         Keyed::with_store(
-            DashMap::with_hasher(DefaultHasher::new()),
+            DashMap::with_hasher(KeyHasher::new()),
             max_keys,
             KeyQuotas::PerKey(Box::new(quota_for)),
             make,
@@ -224,7 +224,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             KeyQuotas::Every(quota) => Quotas::Shared(Arc::new(make(quota))),
             KeyQuotas::PerKey(quota_for) => Quotas::PerKey {
                 quota_for,
-                by_quota: DashMap::with_hasher(DefaultHasher::new()),
+                by_quota: DashMap::with_hasher(KeyHasher::new()),
             },
         };
         Keyed {

@@ -92,7 +92,7 @@ pub use keyed::limiter::{KeyState, KeyedLimiter};
 #[cfg(feature = "std")]
 pub use keyed::store::KeyedStore;
 #[cfg(feature = "std")]
-pub use keyed::{DefaultHasher, KeyEntry, KeyQuotas, Keyed, QuotaFn};
+pub use keyed::{KeyEntry, KeyHasher, KeyQuotas, Keyed, QuotaFn};
 pub use quota::{Quota, QuotaError};
 pub use rate_limiter::{InsufficientCapacity, RateLimiter};
 #[cfg(feature = "std")]

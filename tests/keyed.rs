@@ -1,7 +1,7 @@
 //! Keyed limiters: bounded memory under floods, eviction that never over-admits, racing inserts.
 
 use atomic_limiter::{
-    Clock, Decision, DefaultHasher, Gcra, InsufficientCapacity, KeyQuotas, Keyed, KeyedStore,
+    Clock, Decision, Gcra, InsufficientCapacity, KeyHasher, KeyQuotas, Keyed, KeyedStore,
     ManualClock, Quota, RateLimiter, TokenBucket,
 };
 use dashmap::DashMap;
@@ -306,7 +306,7 @@ fn at_the_cap_under_steady_churn_a_new_key_looks_at_a_few_entries_not_the_map() 
     let cap = 20_000u64;
     let lookups = Arc::new(AtomicU64::new(0));
     let store = Counting {
-        map: DashMap::with_hasher(DefaultHasher::new()),
+        map: DashMap::with_hasher(KeyHasher::new()),
         lookups: lookups.clone(),
     };
     let c = clock.clone();
