@@ -21,7 +21,7 @@ use crate::wait::WaitError;
 use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, TokenBucket};
 use std::sync::PoisonError;
 
-/// The default hasher: aHash, keyed randomly per process, fast on short keys and resistant to
+/// The hasher `Keyed` uses by default: aHash, keyed randomly per process, fast on short keys and resistant to
 /// hash flooding (an attacker who cannot see the keys cannot aim keys at one bucket).
 pub type KeyHasher = ahash::RandomState;
 
