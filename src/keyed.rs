@@ -21,8 +21,8 @@ use crate::wait::WaitError;
 use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, TokenBucket};
 use std::sync::PoisonError;
 
-/// The hasher `Keyed` uses by default: aHash, keyed randomly per process, fast on short keys and resistant to
-/// hash flooding (an attacker who cannot see the keys cannot aim keys at one bucket).
+/// The hasher `Keyed` uses by default: aHash, keyed randomly per process, fast on short keys and
+/// resistant to hash flooding (an attacker who cannot see the keys cannot aim keys at one bucket).
 pub type KeyHasher = ahash::RandomState;
 
 /// A function giving each key its quota.
