@@ -11,14 +11,19 @@ use core::time::Duration;
 
 use dashmap::DashMap;
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::decision::Detail;
+use crate::gcra::Gcra;
 use crate::keyed::due::{DueQueue, Front, NoRoom};
 use crate::keyed::limiter::{KeyState, KeyedLimiter};
 use crate::keyed::store::KeyedStore;
+use crate::quota::Quota;
+use crate::rate_limiter::InsufficientCapacity;
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
+use crate::token_bucket::TokenBucket;
 use crate::wait::Wait;
 use crate::wait::WaitError;
-use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, TokenBucket};
 use std::sync::PoisonError;
 
 /// The hasher `Keyed` uses by default: aHash, keyed randomly per process, fast on short keys and

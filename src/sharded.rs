@@ -13,9 +13,14 @@ use alloc::vec::Vec;
 
 use crossbeam_utils::CachePadded;
 
+use crate::clock::Clock;
+use crate::decision::Decision;
 use crate::decision::Detail;
+use crate::gcra::Gcra;
 use crate::keyed::limiter::KeyedLimiter;
-use crate::{Clock, Decision, Gcra, InsufficientCapacity, Quota, RateLimiter, TokenBucket};
+use crate::quota::Quota;
+use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::token_bucket::TokenBucket;
 
 /// One logical quota kept in per-core shards, so that threads on different cores do not bounce one
 /// cache line between them.

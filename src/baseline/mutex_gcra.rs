@@ -5,8 +5,10 @@ use crate::baseline::BaselineLock;
 use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
+use crate::decision::Decision;
 use crate::gcra::math::{self, GcraParams, Outcome};
-use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
+use crate::quota::Quota;
+use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
 
 /// [`Gcra`](crate::Gcra)'s exact maths behind a lock: the same decisions, with a mutex where the
 /// CAS was. For benchmarks and differential tests.

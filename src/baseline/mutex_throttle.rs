@@ -4,7 +4,8 @@ use std::sync::Mutex;
 use crate::baseline::BaselineLock;
 use crate::clock::Clock;
 use crate::gcra::math::{self, GcraParams};
-use crate::{Quota, ThrottleError};
+use crate::gcra::throttle::ThrottleError;
+use crate::quota::Quota;
 
 /// [`Throttle`](crate::Throttle)'s reservation maths behind a lock, the way a textbook throttler
 /// keeps its next slot under a mutex. For benchmarks and differential tests.

@@ -5,8 +5,10 @@ use crate::baseline::BaselineLock;
 use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
+use crate::decision::Decision;
 use crate::decision::Detail;
-use crate::{Decision, InsufficientCapacity, Quota, RateLimiter};
+use crate::quota::Quota;
+use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
 
 /// The textbook token bucket's state: `f64` tokens and the time of the last refill.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,7 +1,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::Clock;
+use crate::clock::Clock;
 
 /// How often the upkeep thread refreshes the coarse time, and so [`CoarseClock`]'s resolution.
 const UPKEEP_INTERVAL: Duration = Duration::from_millis(1);

@@ -1,6 +1,6 @@
 use core::time::Duration;
 
-use crate::Clock;
+use crate::clock::Clock;
 use crate::sync::{Arc, AtomicU64, Ordering};
 
 /// A clock that moves only when told to: for tests, simulations and model checks.

@@ -1,4 +1,4 @@
-use crate::Clock;
+use crate::clock::Clock;
 
 /// The default clock: the CPU's time-stamp counter through [`quanta`], in nanoseconds since the
 /// clock was made.

@@ -1,6 +1,6 @@
 use std::time::Instant;
 
-use crate::Clock;
+use crate::clock::Clock;
 
 /// `std::time::Instant` as a [`Clock`]: nanoseconds since the clock was made.
 ///

@@ -18,7 +18,7 @@
 //! the TAT becomes `max(tat, now) + cost`. A denial computes `wait = ahead + cost - window`, the
 //! units until it would pass, and changes nothing. `docs/design.md` has the range analysis.
 
-use crate::Quota;
+use crate::quota::Quota;
 
 /// A quota in GCRA units (`1 / scale` ns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

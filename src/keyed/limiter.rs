@@ -1,6 +1,10 @@
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::gcra::Gcra;
+use crate::rate_limiter::RateLimiter;
 use crate::state_cell::{StateCell, Step};
+use crate::token_bucket::TokenBucket;
 use crate::token_bucket::settle;
-use crate::{Clock, Decision, Gcra, RateLimiter, TokenBucket};
 
 /// One key's state in a [`Keyed`](crate::Keyed) limiter: the limiter's 8-byte state word, and
 /// nothing else (the quota and the clock are shared by every key with that quota).

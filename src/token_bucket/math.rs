@@ -58,7 +58,7 @@
 //! that wrapped the cycle: a reading taken after the word was loaded cannot be stale, so it
 //! tells them apart. `docs/design.md` has the numbers and what happens past the cycle.
 
-use crate::Quota;
+use crate::quota::Quota;
 
 /// Fraction bits of the token count: tokens are counted in 1/1024ths.
 pub(crate) const FRAC_BITS: u32 = 10;

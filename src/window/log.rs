@@ -1,11 +1,14 @@
 use alloc::boxed::Box;
 use std::sync::{Mutex, PoisonError};
 
+use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
 use crate::clock::{DefaultClockOrNone, is_coarse};
+use crate::decision::Decision;
 use crate::decision::Detail;
-use crate::{Clock, Decision, InsufficientCapacity, Quota, QuotaError, RateLimiter};
+use crate::quota::{Quota, QuotaError};
+use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
 
 /// Exact: at most `limit` admissions in **any** span of the window's length. A ring buffer of the
 /// last `limit` admission times behind a mutex.

@@ -32,7 +32,7 @@
 //! from the reading itself: the distance back to that window's start is added, so waiting them is
 //! enough and a denial never advertises zero. A reading before the epoch is the same case.
 
-use crate::{Quota, QuotaError};
+use crate::quota::{Quota, QuotaError};
 
 /// A window quota: at most `limit` admissions per window of `window` ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
