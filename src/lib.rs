@@ -14,15 +14,16 @@
 //! | [`SlidingWindowCounter`] | two weighted window counts and the index in one `AtomicU64` |
 //! | [`SlidingWindowLog`] | exact: a ring of admission times behind a mutex (and why) |
 //! | [`Throttle`] | the leaky bucket as a queue: reserve the next slot, learn the wait |
-//! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing |
-//! | [`Keyed`] | one limiter per key on dashmap, with bounded memory |
-//! | [`Decision`] | allowed? remaining, retry-after, reset-after |
+//! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing and gathering |
+//! | [`Keyed`] | one limiter per key on dashmap, with bounded memory (a full table is told apart) |
+//! | [`Decision`] | allowed? remaining, limit, retry-after (also in whole seconds), reset-after |
 //! | [`Wait`], [`WaitError`] | waiting instead of rejecting: [`RateLimiter::wait_n`], [`RateLimiter::until_n_ready_with`] |
 //! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
 //! | `baseline` (feature) | the textbook mutex limiters, for benchmarks and differential tests |
 //!
-//! Long-form documents live in the repository's `docs/` folder: `design.md` (the maths, the packed
-//! layouts, the range analysis and the memory-ordering argument).
+//! Long-form documents live in the repository's `docs/` folder and in [`docs`]: [`docs::design`]
+//! (the maths, the packed layouts, the range analysis and the memory-ordering argument),
+//! [`docs::testing`] and [`docs::benchmarks`]. [`prelude`] brings the traits in one import.
 //!
 //! # Examples
 //!
@@ -49,7 +50,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `std` | yes | [`StdClock`], [`SlidingWindowLog`], [`Sharded`], [`Keyed`] |
-//! | `baseline` | no | the textbook mutex limiters ([`baseline`](crate#features)), for comparisons |
+//! | `baseline` | no | the `baseline` module: the textbook mutex limiters, for comparisons |
 //! | `quanta` | yes | [`QuantaClock`] (the default clock) and [`CoarseClock`] |
 //! | `portable-atomic` | no | 64-bit atomics on targets without them |
 //!
