@@ -5,7 +5,7 @@ use crate::token_bucket::math::BucketFigures;
 /// The answer to one check: allowed or not, and everything a `429` response needs.
 ///
 /// A decision is a small value computed from the one clock reading and the one state word the
-/// check used. The figures are derived lazily: [`Decision::is_allowed`] is a field read, while
+/// check used (48 bytes). The figures are derived lazily: [`Decision::is_allowed`] is a field read, while
 /// [`remaining`](Decision::remaining), [`retry_after`](Decision::retry_after) and
 /// [`reset_after`](Decision::reset_after) each do the one division they need only when called.
 ///
@@ -30,13 +30,29 @@ use crate::token_bucket::math::BucketFigures;
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[must_use = "a decision says whether the request may go ahead and what to tell its caller"]
 pub struct Decision {
-    allowed: bool,
+    /// The figures of a [`Detail`], flat: which words mean what is told by `kind` (see
+    /// [`Decision::new`]). Flat, so that the decision is 48 bytes and `allowed` sits at one offset
+    /// for every kind (a field read, not a match).
+    words: [u64; 3],
+    counts: [u32; 3],
     /// Clock resolution in ns; waits are rounded up to it.
     resolution: u64,
-    detail: Detail,
+    kind: Kind,
+    allowed: bool,
+    /// GCRA's scale, or the bucket's tick shift.
+    small: u8,
 }
 
-/// The raw figures each algorithm leaves behind; turned into durations on demand.
+/// Which [`Detail`] a decision holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Time,
+    Bucket,
+    Eager,
+    TableFull,
+}
+
+/// The raw figures each algorithm leaves behind, turned into durations on demand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Detail {
     /// GCRA-style figures, in units of `1 / scale` ns.
@@ -47,34 +63,128 @@ pub(crate) enum Detail {
         wait: u64,
         /// Time one token takes to return.
         token: u64,
-        /// Time a drained limiter takes to fill (`burst × token`).
-        window: u64,
-        /// Units per nanosecond.
-        scale: u64,
+        /// The most tokens the limiter holds (a drained one fills in `burst × token`).
+        burst: u32,
+        /// Units per nanosecond (at most 128).
+        scale: u8,
     },
-    /// The packed token bucket's figures.
-    Bucket(BucketFigures),
-    /// Figures already computed, in whole tokens and nanoseconds (mutex baselines).
+    /// The packed token bucket's figures ([`BucketFigures`], spelled out so that the variant's
+    /// tag fits in the padding after them: a decision is returned on the hot path).
+    Bucket {
+        now_ns: u64,
+        rate: u64,
+        ahead: u64,
+        tokens: u32,
+        /// Units the request lacked (0 when allowed).
+        need: u32,
+        burst: u32,
+        shift: u8,
+    },
+    /// Figures already computed, in whole tokens and nanoseconds (windows, mutex baselines, a
+    /// gather across shards).
     Eager {
-        remaining: u64,
         retry_ns: u64,
         reset_ns: u64,
+        remaining: u32,
         /// The most tokens the limiter holds (its burst, or a window's limit).
-        limit: u64,
+        limit: u32,
     },
     /// A keyed limiter's table is full: a new key is refused until a held key's bucket is full
     /// again, `retry_ns` from now.
     #[cfg_attr(not(feature = "std"), allow(dead_code))]
-    TableFull { retry_ns: u64, limit: u64 },
+    TableFull { retry_ns: u64, limit: u32 },
+}
+
+/// A count as a `u32` field of a decision, saturating (counts here are at most a burst or a
+/// window's limit, both below 2^32).
+#[inline]
+pub(crate) fn count32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl Decision {
-    #[inline]
+    /// A decision from the figures (packed flat; [`Decision::detail`] unpacks them).
+    #[inline(always)]
     pub(crate) const fn new(allowed: bool, resolution: u64, detail: Detail) -> Decision {
+        let (kind, words, counts, small) = match detail {
+            Detail::Time {
+                after,
+                wait,
+                token,
+                burst,
+                scale,
+            } => (Kind::Time, [after, wait, token], [burst, 0, 0], scale),
+            Detail::Bucket {
+                now_ns,
+                rate,
+                ahead,
+                tokens,
+                need,
+                burst,
+                shift,
+            } => (
+                Kind::Bucket,
+                [now_ns, rate, ahead],
+                [tokens, need, burst],
+                shift,
+            ),
+            Detail::Eager {
+                retry_ns,
+                reset_ns,
+                remaining,
+                limit,
+            } => (
+                Kind::Eager,
+                [retry_ns, reset_ns, 0],
+                [remaining, limit, 0],
+                0,
+            ),
+            Detail::TableFull { retry_ns, limit } => {
+                (Kind::TableFull, [retry_ns, 0, 0], [limit, 0, 0], 0)
+            }
+        };
         Decision {
-            allowed,
+            words,
+            counts,
             resolution,
-            detail,
+            kind,
+            allowed,
+            small,
+        }
+    }
+
+    /// The figures, unpacked.
+    #[inline]
+    const fn detail(&self) -> Detail {
+        let [w0, w1, w2] = self.words;
+        let [c0, c1, c2] = self.counts;
+        match self.kind {
+            Kind::Time => Detail::Time {
+                after: w0,
+                wait: w1,
+                token: w2,
+                burst: c0,
+                scale: self.small,
+            },
+            Kind::Bucket => Detail::Bucket {
+                now_ns: w0,
+                rate: w1,
+                ahead: w2,
+                tokens: c0,
+                need: c1,
+                burst: c2,
+                shift: self.small,
+            },
+            Kind::Eager => Detail::Eager {
+                retry_ns: w0,
+                reset_ns: w1,
+                remaining: c0,
+                limit: c1,
+            },
+            Kind::TableFull => Detail::TableFull {
+                retry_ns: w0,
+                limit: c0,
+            },
         }
     }
 
@@ -87,7 +197,7 @@ impl Decision {
     /// Whether the request was refused (nothing was taken).
     #[inline]
     pub const fn is_denied(&self) -> bool {
-        !self.allowed
+        !self.is_allowed()
     }
 
     /// Whether a [`Keyed`](crate::Keyed) limiter refused a new key because its table holds
@@ -96,20 +206,44 @@ impl Decision {
     /// first held key can make room.
     #[inline]
     pub const fn is_table_full(&self) -> bool {
-        matches!(self.detail, Detail::TableFull { .. })
+        matches!(self.kind, Kind::TableFull)
+    }
+
+    /// The bucket's figures, when this is a bucket's decision (else any: never asked).
+    fn bucket(&self) -> BucketFigures {
+        match self.detail() {
+            Detail::Bucket {
+                now_ns,
+                rate,
+                ahead,
+                tokens,
+                need,
+                burst,
+                shift,
+            } => BucketFigures {
+                now_ns,
+                rate,
+                ahead,
+                tokens,
+                need,
+                burst,
+                shift,
+            },
+            _ => BucketFigures::default(),
+        }
     }
 
     /// Whole tokens left after this decision.
     pub fn remaining(&self) -> u64 {
-        match self.detail {
+        match self.detail() {
             Detail::Time {
                 after,
                 token,
-                window,
+                burst,
                 ..
-            } => window.saturating_sub(after) / token,
-            Detail::Bucket(b) => b.remaining(),
-            Detail::Eager { remaining, .. } => remaining,
+            } => (u64::from(burst) * token).saturating_sub(after) / token,
+            Detail::Bucket { .. } => self.bucket().remaining(),
+            Detail::Eager { remaining, .. } => u64::from(remaining),
             Detail::TableFull { .. } => 0,
         }
     }
@@ -118,12 +252,12 @@ impl Decision {
     /// passes if nobody else takes tokens in between, rounded up to the clock's resolution. Waiting
     /// exactly this long never earns a second denial.
     pub fn retry_after(&self) -> Duration {
-        if self.allowed {
+        if self.is_allowed() {
             return Duration::ZERO;
         }
-        let ns = match self.detail {
-            Detail::Time { wait, scale, .. } => units_to_ns(wait, scale),
-            Detail::Bucket(b) => b.wait_ns(),
+        let ns = match self.detail() {
+            Detail::Time { wait, scale, .. } => units_to_ns(wait, u64::from(scale)),
+            Detail::Bucket { .. } => self.bucket().wait_ns(),
             Detail::Eager { retry_ns, .. } | Detail::TableFull { retry_ns, .. } => retry_ns,
         };
         Duration::from_nanos(round_up(ns, self.resolution))
@@ -132,10 +266,10 @@ impl Decision {
     /// The most tokens the limiter holds: its burst, or a window limiter's limit per window
     /// (for a `RateLimit-Limit`-style header).
     pub fn limit(&self) -> u64 {
-        match self.detail {
-            Detail::Time { window, token, .. } => window / token,
-            Detail::Bucket(b) => b.limit(),
-            Detail::Eager { limit, .. } | Detail::TableFull { limit, .. } => limit,
+        match self.detail() {
+            Detail::Time { burst, .. } => u64::from(burst),
+            Detail::Bucket { burst, .. } => u64::from(burst),
+            Detail::Eager { limit, .. } | Detail::TableFull { limit, .. } => u64::from(limit),
         }
     }
 
@@ -154,7 +288,7 @@ impl Decision {
     /// ```
     pub fn retry_after_secs(&self) -> u64 {
         let wait = self.retry_after();
-        if self.allowed {
+        if self.is_allowed() {
             0
         } else {
             (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
@@ -164,9 +298,9 @@ impl Decision {
     /// The time until the limiter is full again (every token back), rounded up to the clock's
     /// resolution.
     pub fn reset_after(&self) -> Duration {
-        let ns = match self.detail {
-            Detail::Time { after, scale, .. } => units_to_ns(after, scale),
-            Detail::Bucket(b) => b.reset_ns(),
+        let ns = match self.detail() {
+            Detail::Time { after, scale, .. } => units_to_ns(after, u64::from(scale)),
+            Detail::Bucket { .. } => self.bucket().reset_ns(),
             Detail::Eager { reset_ns, .. } => reset_ns,
             Detail::TableFull { retry_ns, .. } => retry_ns,
         };
@@ -178,7 +312,7 @@ impl Decision {
 impl core::fmt::Debug for Decision {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let mut s = f.debug_struct("Decision");
-        s.field("allowed", &self.allowed);
+        s.field("allowed", &self.is_allowed());
         if self.is_table_full() {
             s.field("table_full", &true);
         }
@@ -201,14 +335,18 @@ impl core::fmt::Display for Decision {
                 self.retry_after()
             );
         }
-        let verdict = if self.allowed { "allowed" } else { "denied" };
+        let verdict = if self.is_allowed() {
+            "allowed"
+        } else {
+            "denied"
+        };
         write!(
             f,
             "{verdict}: {} of {} left",
             self.remaining(),
             self.limit()
         )?;
-        if !self.allowed {
+        if self.is_denied() {
             write!(f, ", retry after {:?}", self.retry_after())?;
         }
         write!(f, ", full in {:?}", self.reset_after())
@@ -235,5 +373,64 @@ fn round_up(ns: u64, resolution: u64) -> u64 {
         ns.div_ceil(resolution)
             .saturating_mul(resolution)
             .saturating_add(resolution)
+    }
+}
+
+#[cfg(all(test, not(atomic_limiter_loom)))]
+mod tests {
+    use super::*;
+    use crate::token_bucket::math::BucketFigures;
+
+    /// A decision is returned on every check: it stays six words (it was fourteen when the bucket's
+    /// variant carried its whole parameter block, and the copies showed in the deny path).
+    #[test]
+    fn a_decision_is_six_words() {
+        assert_eq!(core::mem::size_of::<Decision>(), 48);
+    }
+
+    /// Packing and unpacking keep every figure of every kind, at their widest.
+    #[test]
+    fn every_kind_round_trips_through_the_flat_layout() {
+        let kinds = [
+            Detail::Time {
+                after: u64::MAX - 1,
+                wait: u64::MAX,
+                token: 3,
+                burst: u32::MAX,
+                scale: 128,
+            },
+            BucketFigures {
+                now_ns: u64::MAX,
+                rate: 1 << 63,
+                ahead: 1 << 53,
+                tokens: (1 << 31) - 1,
+                need: 1 << 30,
+                burst: 1 << 21,
+                shift: 63,
+            }
+            .detail(),
+            Detail::Eager {
+                retry_ns: 7,
+                reset_ns: u64::MAX,
+                remaining: u32::MAX,
+                limit: u32::MAX - 1,
+            },
+            Detail::TableFull {
+                retry_ns: u64::MAX,
+                limit: 9,
+            },
+        ];
+        for detail in kinds {
+            for allowed in [false, true] {
+                let d = Decision::new(allowed, 1_000_000, detail);
+                assert_eq!(d.detail(), detail);
+                assert_eq!(d.is_allowed(), allowed);
+                assert_eq!(d.resolution, 1_000_000);
+                assert_eq!(
+                    d.is_table_full(),
+                    matches!(detail, Detail::TableFull { .. })
+                );
+            }
+        }
     }
 }

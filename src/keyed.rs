@@ -16,7 +16,8 @@ use crate::decision::Decision;
 use crate::decision::Detail;
 use crate::gcra::Gcra;
 use crate::keyed::due::{DueQueue, Front, NoRoom};
-use crate::keyed::limiter::{KeyState, KeyedLimiter};
+use crate::keyed::limiter::KeyedLimiter;
+use crate::keyed::limiter::engine::KeyState;
 use crate::keyed::store::KeyedStore;
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
@@ -376,10 +377,10 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 true,
                 1,
                 Detail::Eager {
-                    remaining: u64::from(quota.burst()),
+                    remaining: quota.burst(),
                     retry_ns: 0,
                     reset_ns: 0,
-                    limit: u64::from(quota.burst()),
+                    limit: quota.burst(),
                 },
             ));
         }
@@ -389,7 +390,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 1, // measured from the held key's own rounded reset
                 Detail::TableFull {
                     retry_ns: no_room.unwrap_or(1),
-                    limit: u64::from(quota.burst()),
+                    limit: quota.burst(),
                 },
             ));
         }

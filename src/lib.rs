@@ -7,6 +7,7 @@
 //! | item | what it is |
 //! |---|---|
 //! | [`Quota`] | rate, interval and burst, validated once ([`QuotaError`]) |
+//! | [`Limiter`] | the one lock-free shell: a state word, an [`algorithm`], the quota and a clock |
 //! | [`Gcra`] | exact GCRA in one `AtomicU64` (theoretical arrival time) |
 //! | [`TokenBucket`] | fixed-point tokens and a tick stamp packed in one `AtomicU64` |
 //! | [`RateLimiter`] | the trait every limiter implements |
@@ -69,6 +70,7 @@ mod decision;
 mod gcra;
 #[cfg(feature = "std")]
 mod keyed;
+mod limiter;
 mod quota;
 mod rate_limiter;
 #[cfg(feature = "std")]
@@ -89,11 +91,12 @@ pub use gcra::Gcra;
 pub use gcra::reservation::{Reservation, ReservationGuard};
 pub use gcra::throttle::{Throttle, ThrottleError};
 #[cfg(feature = "std")]
-pub use keyed::limiter::{KeyState, KeyedLimiter};
+pub use keyed::limiter::KeyedLimiter;
 #[cfg(feature = "std")]
 pub use keyed::store::KeyedStore;
 #[cfg(feature = "std")]
 pub use keyed::{KeyEntry, KeyHasher, KeyQuotas, Keyed, QuotaFn};
+pub use limiter::Limiter;
 pub use quota::{Quota, QuotaError};
 pub use rate_limiter::{InsufficientCapacity, RateLimiter};
 #[cfg(feature = "std")]
@@ -126,6 +129,16 @@ pub mod fuzz_api {
     pub fn bucket_unpack(quota: &Quota, word: u64) -> (u64, u64) {
         BucketParams::new(quota).unpack(word)
     }
+}
+
+/// The algorithms a [`Limiter`] runs, for code generic over them: each public alias
+/// ([`Gcra`], [`TokenBucket`], [`FixedWindow`], [`SlidingWindowCounter`]) is a [`Limiter`] on one
+/// of these. The traits are sealed.
+pub mod algorithm {
+    pub use crate::gcra::GcraAlgorithm;
+    pub use crate::limiter::algorithm::{Algorithm, Continuous};
+    pub use crate::token_bucket::TokenBucketAlgorithm;
+    pub use crate::window::{Fixed, Sliding, WindowAlgorithm, WindowKind};
 }
 
 /// The traits a limiter's methods come from, to import in one line: `use atomic_limiter::prelude::*;`

@@ -15,7 +15,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::decision::Detail;
+use crate::decision::{Detail, count32};
 use crate::gcra::Gcra;
 use crate::keyed::limiter::KeyedLimiter;
 use crate::quota::Quota;
@@ -242,10 +242,10 @@ impl<L: KeyedLimiter> Sharded<L> {
             false,
             1, // the shards' figures are already rounded to their clock
             Detail::Eager {
-                remaining: seen.remaining,
+                remaining: count32(seen.remaining),
                 retry_ns: retry.max(1),
                 reset_ns: seen.reset,
-                limit: u64::from(self.quota.burst()),
+                limit: self.quota.burst(),
             },
         )
     }
@@ -310,10 +310,10 @@ impl<L: KeyedLimiter> Sharded<L> {
                     true,
                     1, // the shards' figures are already rounded to their clock
                     Detail::Eager {
-                        remaining,
+                        remaining: count32(remaining),
                         retry_ns: 0,
                         reset_ns: reset,
-                        limit: u64::from(self.quota.burst()),
+                        limit: self.quota.burst(),
                     },
                 ));
             }

@@ -16,7 +16,7 @@
 use crate::sync::{AtomicU64, Ordering};
 
 /// What a step wants done with the word.
-pub(crate) enum Step<T> {
+pub enum Step<T> {
     /// Replace the word with this value, then answer `T`.
     Store(u64, T),
     /// Leave the word as it is and answer `T`.

@@ -1,10 +1,17 @@
 //! The throttle (leaky bucket as a queue): exact spacing, unique slots under threads, honest refusals.
 
-use atomic_limiter::{Clock, ManualClock, Quota, Throttle, ThrottleError};
+use atomic_limiter::{Clock, ManualClock, Quota, Reservation, Throttle, ThrottleError};
 use proptest::prelude::*;
 use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
+
+/// A reservation's wait (the slot is kept), or the refusal.
+fn waited<C: Clock>(
+    r: Result<Reservation<'_, C>, ThrottleError>,
+) -> Result<Duration, ThrottleError> {
+    r.map(|r| r.wait())
+}
 
 const FOREVER: Duration = Duration::from_secs(3600 * 24 * 365);
 
@@ -30,7 +37,7 @@ proptest! {
             let now = clock.now();
             num = (num + i128::from(now - last) * i128::from(rate)).min(cap);
             last = now;
-            let got = t.reserve_n(n, FOREVER);
+            let got = waited(t.reserve_n(n, FOREVER));
             if n > burst {
                 prop_assert!(matches!(got, Err(ThrottleError::InsufficientCapacity(_))));
                 continue;
@@ -56,7 +63,7 @@ fn concurrent_reservations_get_distinct_evenly_spaced_slots() {
                 s.spawn(|| {
                     barrier.wait();
                     (0..per_thread)
-                        .map(|_| t.reserve(FOREVER).unwrap())
+                        .map(|_| t.reserve(FOREVER).unwrap().wait())
                         .collect::<Vec<_>>()
                 })
             })
@@ -74,17 +81,17 @@ fn concurrent_reservations_get_distinct_evenly_spaced_slots() {
 fn a_refusal_reserves_nothing() {
     let clock = ManualClock::new();
     let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), clock.clone());
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::ZERO));
     assert_eq!(
-        t.reserve(Duration::from_millis(99)),
+        waited(t.reserve(Duration::from_millis(99))),
         Err(ThrottleError::WouldWait(Duration::from_millis(100)))
     );
     assert_eq!(
-        t.reserve(Duration::from_millis(100)),
+        waited(t.reserve(Duration::from_millis(100))),
         Ok(Duration::from_millis(100))
     );
     clock.advance(Duration::from_secs(1));
-    assert_eq!(t.reserve(Duration::ZERO), Ok(Duration::ZERO));
+    assert_eq!(waited(t.reserve(Duration::ZERO)), Ok(Duration::ZERO));
     assert!(clock.now() > 0);
 }
 
@@ -92,10 +99,10 @@ fn a_refusal_reserves_nothing() {
 fn a_clock_stepping_back_grants_no_earlier_slot() {
     let clock = ManualClock::starting_at(10_000_000_000);
     let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), clock.clone());
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::ZERO));
     clock.rewind(Duration::from_secs(5));
     // The next slot is still 100 ms after the first one, measured on the stepped-back clock.
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(5100)));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::from_millis(5100)));
 }
 
 proptest! {
@@ -132,7 +139,7 @@ proptest! {
                     }
                 }
                 _ => {
-                    let r = t.reserve_refundable(1, FOREVER).unwrap();
+                    let r = t.reserve(FOREVER).unwrap();
                     live.push((now + r.wait().as_nanos() as u64, r));
                 }
             }
@@ -154,18 +161,18 @@ proptest! {
 #[test]
 fn a_refund_frees_the_slot_for_the_next_caller() {
     let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
-    let a = t.reserve_refundable(1, FOREVER).unwrap();
-    let b = t.reserve_refundable(1, FOREVER).unwrap();
+    let a = t.reserve(FOREVER).unwrap();
+    let b = t.reserve(FOREVER).unwrap();
     assert_eq!(
         (a.wait(), b.wait()),
         (Duration::ZERO, Duration::from_millis(100))
     );
     assert!(b.refund());
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(100)));
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(200)));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::from_millis(100)));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::from_millis(200)));
     // `a` has later reservations behind it: its slot is not handed out again.
     assert!(!a.refund());
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(300)));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::from_millis(300)));
 }
 
 /// With burst 1 at 1/s, reserving A, B and C and giving B back used to move the next free slot
@@ -173,10 +180,10 @@ fn a_refund_frees_the_slot_for_the_next_caller() {
 #[test]
 fn a_refund_under_later_reservations_never_double_books_a_slot() {
     let t = Throttle::with_clock(Quota::per_second(1).with_burst(1), ManualClock::new());
-    let [a, b, c] = [(); 3].map(|_| t.reserve_refundable(1, FOREVER).unwrap());
+    let [a, b, c] = [(); 3].map(|_| t.reserve(FOREVER).unwrap());
     assert_eq!(c.wait(), Duration::from_secs(2));
     assert!(!b.refund());
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_secs(3)));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::from_secs(3)));
     drop((a, c));
 }
 
@@ -185,7 +192,7 @@ fn a_guard_dropped_unused_gives_its_slot_back_and_a_committed_one_keeps_it() {
     let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
     t.reserve_guarded(1, FOREVER).unwrap().commit();
     drop(t.reserve_guarded(1, FOREVER).unwrap());
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(100)));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::from_millis(100)));
 }
 
 /// An async task that holds a guard across an await and is cancelled there gives its slot back.
@@ -195,7 +202,7 @@ fn a_cancelled_future_does_not_leak_its_slot() {
     use std::pin::pin;
     use std::task::{Context, Waker};
     let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::ZERO));
     {
         let task = async {
             let slot = t.reserve_guarded(1, FOREVER).unwrap();
@@ -207,20 +214,20 @@ fn a_cancelled_future_does_not_leak_its_slot() {
         let mut cx = Context::from_waker(Waker::noop());
         assert!(task.as_mut().poll(&mut cx).is_pending());
     } // the task is dropped mid-wait
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::from_millis(100)));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::from_millis(100)));
 }
 
 #[test]
 fn a_refund_never_makes_the_throttle_fuller_than_full() {
     let clock = ManualClock::new();
     let t = Throttle::with_clock(Quota::per_second(10).with_burst(2), clock.clone());
-    let r = t.reserve_refundable(1, FOREVER).unwrap();
+    let r = t.reserve(FOREVER).unwrap();
     clock.advance(Duration::from_secs(5)); // full again long since
     assert!(!r.refund(), "its time has passed: nothing to give back");
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
-    assert_eq!(t.reserve(FOREVER), Ok(Duration::ZERO));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::ZERO));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(Duration::ZERO));
     assert_eq!(
-        t.reserve(FOREVER),
+        waited(t.reserve(FOREVER)),
         Ok(Duration::from_millis(100)),
         "still a burst of 2, not 3"
     );
@@ -244,5 +251,5 @@ fn as_a_rate_limiter_it_is_the_meter() {
     // A refused check reserved nothing: the next slot is still the one a reservation gets.
     while RateLimiter::check(&t).is_allowed() {}
     let d = RateLimiter::check(&t);
-    assert_eq!(t.reserve(FOREVER), Ok(d.retry_after()));
+    assert_eq!(waited(t.reserve(FOREVER)), Ok(d.retry_after()));
 }

@@ -173,7 +173,7 @@ fuzz_target!(|input: Input| {
         // The throttle reserves instead of refusing; exact while the clock only moved forward and
         // the queue stays short (a year at most).
         let year = std::time::Duration::from_secs(365 * 86_400);
-        let reserved = throttle.reserve_n(n, year);
+        let reserved = throttle.reserve_n(n, year).map(|r| r.wait());
         if exact && now >= start && n <= quota.burst() {
             let since = i128::from(now - throttle_last);
             throttle_num = (throttle_num + since * rate).min(throttle_cap);

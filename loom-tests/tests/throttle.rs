@@ -29,6 +29,7 @@ fn slots_are_distinct(broken: bool) {
                         t.reserve(max)
                     }
                     .unwrap()
+                    .wait()
                 })
             })
             .collect();
@@ -59,11 +60,11 @@ fn refund_and_reserve_both_land(broken: bool) {
     loom::model(move || {
         let t = Arc::new(Throttle::with_clock(quota(1), ManualClock::new()));
         let max = Duration::from_secs(10);
-        assert_eq!(t.reserve(max), Ok(Duration::ZERO));
+        assert_eq!(t.reserve(max).unwrap().wait(), Duration::ZERO);
         let refunder = {
             let t = t.clone();
             thread::spawn(move || {
-                let b = t.reserve_refundable(1, max).unwrap();
+                let b = t.reserve(max).unwrap();
                 if broken {
                     b.loom_broken_refund()
                 } else {
@@ -73,11 +74,11 @@ fn refund_and_reserve_both_land(broken: bool) {
         };
         let reserver = {
             let t = t.clone();
-            thread::spawn(move || t.reserve(max).unwrap())
+            thread::spawn(move || t.reserve(max).unwrap().wait())
         };
         let refunded = refunder.join().unwrap();
         let c = reserver.join().unwrap();
-        let d = t.reserve(max).unwrap();
+        let d = t.reserve(max).unwrap().wait();
         let expected = if refunded {
             (PERIOD, 2 * PERIOD)
         } else {

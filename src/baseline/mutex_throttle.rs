@@ -1,7 +1,7 @@
 use core::time::Duration;
 use std::sync::Mutex;
 
-use crate::baseline::BaselineLock;
+use crate::baseline::lock::BaselineLock;
 use crate::clock::Clock;
 use crate::gcra::math::{self, GcraParams};
 use crate::gcra::throttle::ThrottleError;
@@ -23,7 +23,7 @@ use crate::quota::Quota;
 /// let locked: MutexThrottle<_> = MutexThrottle::with_clock(q, ManualClock::new());
 /// let free = Throttle::with_clock(q, ManualClock::new());
 /// for _ in 0..5 {
-///     assert_eq!(locked.reserve(Duration::MAX), free.reserve(Duration::MAX));
+///     assert_eq!(locked.reserve(Duration::MAX), free.reserve(Duration::MAX).map(|r| r.wait()));
 /// }
 /// ```
 #[derive(Debug)]

@@ -75,6 +75,29 @@ pub(crate) fn is_coarse<C: Clock + ?Sized>(clock: &C) -> bool {
     clock.resolution() > 1
 }
 
+/// How far a clock reading can be trusted (the token bucket's stamp is the one state that asks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// A clock that may step back.
+    Any,
+    /// A monotonic clock, read before the word was loaded (so possibly stale).
+    Monotonic,
+    /// A monotonic clock, read after the word was loaded.
+    Fresh,
+}
+
+impl Reading {
+    /// How a reading of `clock` is trusted; `fresh` when it was taken after the word was loaded.
+    #[inline]
+    pub(crate) fn of<C: Clock + ?Sized>(clock: &C, fresh: bool) -> Reading {
+        match (clock.is_monotonic(), fresh) {
+            (false, _) => Reading::Any,
+            (true, false) => Reading::Monotonic,
+            (true, true) => Reading::Fresh,
+        }
+    }
+}
+
 impl<C: Clock + ?Sized> Clock for &C {
     #[inline]
     fn now(&self) -> u64 {

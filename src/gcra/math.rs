@@ -89,8 +89,9 @@ impl GcraParams {
                 after,
                 wait,
                 token: self.token,
-                window: self.window,
-                scale: self.scale,
+                burst: self.burst,
+                // At most 128 (`Quota`'s rounding).
+                scale: self.scale as u8,
             },
         )
     }
@@ -210,17 +211,6 @@ pub(crate) const fn refund_latest(tat: u64, now: u64, end: u64, cost: u64) -> Op
         return None;
     }
     refund(tat, now, cost)
-}
-
-/// [`refund`] as a `StateCell` step.
-#[cfg(feature = "std")]
-#[inline]
-pub(crate) fn refund_step(now: u64, cost: u64) -> impl Fn(u64) -> crate::state_cell::Step<()> {
-    use crate::state_cell::Step;
-    move |tat| match refund(tat, now, cost) {
-        Some(new) => Step::Store(new, ()),
-        None => Step::Keep(()),
-    }
 }
 
 /// Gives back `cost` units of a reservation that was never used: the TAT moves back by `cost`, but

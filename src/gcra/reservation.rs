@@ -3,8 +3,8 @@ use core::time::Duration;
 use super::throttle::Throttle;
 use crate::clock::Clock;
 
-/// A slot taken by [`Throttle::reserve_refundable`]: when to go, and the means to hand the slot
-/// back if the work is abandoned before it used it.
+/// A slot taken by [`Throttle::reserve`] or [`Throttle::reserve_n`]: when to go, and the means
+/// to hand the slot back if the work is abandoned before it used it.
 ///
 /// A reservation borrows its throttle, so it can only ever go back to the throttle that made it,
 /// and [`Reservation::refund`] consumes it, so it goes back at most once. Dropping it keeps the
@@ -30,12 +30,12 @@ use crate::clock::Clock;
 ///
 /// let t = Throttle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
 /// let max = Duration::from_secs(1);
-/// let first = t.reserve_refundable(1, max).unwrap();
-/// let second = t.reserve_refundable(1, max).unwrap();
+/// let first = t.reserve(max).unwrap();
+/// let second = t.reserve(max).unwrap();
 /// assert_eq!(second.wait(), Duration::from_millis(100));
 /// assert!(!first.refund(), "a later reservation holds the slot after it");
 /// assert!(second.refund());
-/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(100)));
+/// assert_eq!(t.reserve(max).unwrap().wait(), Duration::from_millis(100));
 /// ```
 ///
 /// A reservation is given back at most once (`refund` consumes it):
@@ -45,7 +45,7 @@ use crate::clock::Clock;
 /// use std::time::Duration;
 ///
 /// let t = Throttle::with_clock(Quota::per_second(10), ManualClock::new());
-/// let r = t.reserve_refundable(1, Duration::from_secs(1)).unwrap();
+/// let r = t.reserve(Duration::from_secs(1)).unwrap();
 /// r.refund();
 /// r.refund(); // error[E0382]: use of moved value: `r`
 /// ```
@@ -114,7 +114,7 @@ impl<'a, C: Clock> Reservation<'a, C> {
 ///     let abandoned = t.reserve_guarded(1, max).unwrap();
 ///     assert_eq!(abandoned.wait(), Duration::from_millis(100));
 /// } // dropped before use: given back
-/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(100)));
+/// assert_eq!(t.reserve(max).unwrap().wait(), Duration::from_millis(100));
 /// ```
 #[derive(Debug)]
 #[must_use = "dropping the guard at once gives the slot back"]

@@ -13,7 +13,7 @@ use crate::state_cell::{StateCell, Step};
 /// The leaky bucket as a **queue**: it spaces requests at the quota's pace instead of refusing
 /// them. Each caller reserves the next free slot with one compare-and-swap and learns how long to
 /// wait before it may proceed (`Duration::ZERO` while the burst lasts). A reservation can be
-/// given back ([`Throttle::reserve_refundable`]), or given back by itself when dropped unused
+/// given back ([`Reservation::refund`]), or given back by itself when dropped unused
 /// ([`Throttle::reserve_guarded`]).
 ///
 /// The leaky bucket as a *meter* (refuse what overflows) is GCRA, that is [`Gcra`](crate::Gcra):
@@ -31,12 +31,13 @@ use crate::state_cell::{StateCell, Step};
 ///
 /// let t = Throttle::with_clock(Quota::per_second(2).with_burst(1), ManualClock::new());
 /// let max = Duration::from_secs(10);
-/// assert_eq!(t.reserve(max), Ok(Duration::ZERO));
-/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(500)));
-/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(1000)));
+/// assert_eq!(t.reserve(max)?.wait(), Duration::ZERO);
+/// assert_eq!(t.reserve(max)?.wait(), Duration::from_millis(500));
+/// assert_eq!(t.reserve(max)?.wait(), Duration::from_millis(1000));
 /// // Not willing to wait that long: nothing is reserved.
 /// assert!(t.reserve(Duration::from_millis(100)).is_err());
-/// assert_eq!(t.reserve(max), Ok(Duration::from_millis(1500)));
+/// assert_eq!(t.reserve(max)?.wait(), Duration::from_millis(1500));
+/// # Ok::<(), atomic_limiter::ThrottleError>(())
 /// ```
 #[derive(Debug)]
 pub struct Throttle<C = DefaultClockOrNone> {
@@ -68,17 +69,18 @@ impl<C: Clock> Throttle<C> {
         }
     }
 
-    /// Reserves one slot; returns how long to wait before using it.
+    /// Reserves one slot: a [`Reservation`] says how long to wait before using it
+    /// ([`Reservation::wait`]), and can give the slot back ([`Reservation::refund`]).
     ///
     /// # Errors
     ///
     /// [`ThrottleError::WouldWait`] if the slot is more than `max_wait` away (nothing reserved).
     #[inline]
-    pub fn reserve(&self, max_wait: Duration) -> Result<Duration, ThrottleError> {
+    pub fn reserve(&self, max_wait: Duration) -> Result<Reservation<'_, C>, ThrottleError> {
         self.reserve_n(1, max_wait)
     }
 
-    /// Reserves `n` tokens' worth of slots at once.
+    /// Reserves `n` tokens' worth of slots at once, as [`Throttle::reserve`].
     ///
     /// # Errors
     ///
@@ -86,34 +88,7 @@ impl<C: Clock> Throttle<C> {
     /// [`ThrottleError::WouldWait`] if the wait would exceed `max_wait` (capped at about
     /// `2^61 / denominator` ns, 73 years for whole-nanosecond periods). Nothing is reserved.
     #[inline]
-    pub fn reserve_n(&self, n: u32, max_wait: Duration) -> Result<Duration, ThrottleError> {
-        self.params.within_burst(n)?;
-        let now = self.params.units(self.clock.now());
-        self.tat
-            .update(self.reserve_step(now, n, self.params.queue_limit(max_wait)))
-    }
-
-    /// The reservation step at `now` (GCRA units), as `StateCell` runs it.
-    fn reserve_step(
-        &self,
-        now: u64,
-        n: u32,
-        max: u64,
-    ) -> impl Fn(u64) -> Step<Result<Duration, ThrottleError>> + '_ {
-        move |tat| match math::reserve(tat, now, n, &self.params, max) {
-            Ok((new, wait)) => Step::Store(new, self.params.reservation(Ok(wait))),
-            Err(wait) => Step::Keep(self.params.reservation(Err(wait))),
-        }
-    }
-
-    /// Reserves `n` tokens' worth of slots, as [`Throttle::reserve_n`], and returns a
-    /// [`Reservation`] that can be given back with [`Reservation::refund`] if the work is
-    /// abandoned.
-    ///
-    /// # Errors
-    ///
-    /// As [`Throttle::reserve_n`].
-    pub fn reserve_refundable(
+    pub fn reserve_n(
         &self,
         n: u32,
         max_wait: Duration,
@@ -123,10 +98,7 @@ impl<C: Clock> Throttle<C> {
         let max = self.params.queue_limit(max_wait);
         let (wait, end) = self
             .tat
-            .update(|tat| match math::reserve(tat, now, n, &self.params, max) {
-                Ok((new, wait)) => Step::Store(new, Ok((wait, new))),
-                Err(wait) => Step::Keep(Err(wait)),
-            })
+            .update(self.reserve_step(now, n, max))
             .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait)))?;
         let cost = u64::from(n) * self.params.token;
         Ok(Reservation::new(
@@ -137,8 +109,22 @@ impl<C: Clock> Throttle<C> {
         ))
     }
 
-    /// [`Throttle::reserve_refundable`] as a guard that gives the slot back when dropped unless
-    /// committed ([`ReservationGuard`]): for work that may be cancelled.
+    /// The reservation step at `now` (GCRA units), as `StateCell` runs it: the wait and the next
+    /// free slot left behind, or how far off the refused slot was.
+    fn reserve_step(
+        &self,
+        now: u64,
+        n: u32,
+        max: u64,
+    ) -> impl Fn(u64) -> Step<Result<(u64, u64), u64>> + '_ {
+        move |tat| match math::reserve(tat, now, n, &self.params, max) {
+            Ok((new, wait)) => Step::Store(new, Ok((wait, new))),
+            Err(wait) => Step::Keep(Err(wait)),
+        }
+    }
+
+    /// [`Throttle::reserve_n`] as a guard that gives the slot back when dropped unless committed
+    /// ([`ReservationGuard`]): for work that may be cancelled.
     ///
     /// # Errors
     ///
@@ -148,7 +134,7 @@ impl<C: Clock> Throttle<C> {
         n: u32,
         max_wait: Duration,
     ) -> Result<ReservationGuard<'_, C>, ThrottleError> {
-        Ok(self.reserve_refundable(n, max_wait)?.refund_on_drop())
+        Ok(self.reserve_n(n, max_wait)?.refund_on_drop())
     }
 
     /// Gives back the reservation that left the next free slot at `end`, if it still does.
@@ -196,10 +182,21 @@ impl<C: Clock> Throttle<C> {
     /// For the loom models' teeth: `reserve_n` with the CAS replaced by a load and a store.
     #[cfg(atomic_limiter_loom)]
     #[doc(hidden)]
-    pub fn loom_broken_reserve(&self, max_wait: Duration) -> Result<Duration, ThrottleError> {
+    pub fn loom_broken_reserve(
+        &self,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, C>, ThrottleError> {
         let now = self.params.units(self.clock.now());
-        self.tat
+        let (wait, end) = self
+            .tat
             .update_racy(self.reserve_step(now, 1, self.params.queue_limit(max_wait)))
+            .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait)))?;
+        Ok(Reservation::new(
+            self,
+            self.params.duration(wait),
+            self.params.token,
+            end,
+        ))
     }
 }
 

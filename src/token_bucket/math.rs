@@ -58,6 +58,8 @@
 //! that wrapped the cycle: a reading taken after the word was loaded cannot be stale, so it
 //! tells them apart. `docs/design.md` has the numbers and what happens past the cycle.
 
+use crate::clock::Reading;
+use crate::decision::Detail;
 use crate::quota::Quota;
 
 /// Fraction bits of the token count: tokens are counted in 1/1024ths.
@@ -281,26 +283,83 @@ impl BucketParams {
     }
 }
 
-/// What a decision needs to answer `remaining`, `retry_after` and `reset_after` later.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a decision needs to answer `remaining`, `retry_after` and `reset_after` later: the
+/// state it was made on, and the three parameters the answers use, kept small because a decision
+/// is returned on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct BucketFigures {
-    now_ns: u64,
-    /// The absolute tick from which refills count (wide: it may lie just past `u64::MAX`).
-    base: u128,
-    /// Units held at `base`, after this decision.
-    tokens: u64,
-    /// Units this request lacked (0 when allowed).
-    need: u64,
-    params: BucketParams,
+    pub(crate) now_ns: u64,
+    /// Units refilled per tick ([`BucketParams::rate`]).
+    pub(crate) rate: u64,
+    /// Ticks from `now_ns`'s tick to the one refills count from (at most a stamp cycle, 2^53:
+    /// the base lies ahead of now after a step back, never behind).
+    pub(crate) ahead: u64,
+    /// Units held at the base, after this decision (at most the cap, below 2^31).
+    pub(crate) tokens: u32,
+    /// Units this request lacked: 0 when allowed, positive when refused.
+    pub(crate) need: u32,
+    /// The bucket's burst (its cap is `burst × UNIT`).
+    pub(crate) burst: u32,
+    /// log2 of the tick in ns.
+    pub(crate) shift: u8,
 }
 
 impl BucketFigures {
-    pub(crate) fn remaining(&self) -> u64 {
-        self.tokens >> FRAC_BITS
+    /// The figures of a decision at `now_ns` made on a base tick, the units held after it and the
+    /// units the request lacked.
+    #[inline(always)]
+    const fn new(
+        now_ns: u64,
+        base: u128,
+        tokens: u64,
+        need: u64,
+        p: &BucketParams,
+    ) -> BucketFigures {
+        // `refilled` never puts the base behind now's tick, nor more than a cycle (2^53 ticks)
+        // ahead; saturating all the same.
+        let ahead = base.saturating_sub((now_ns >> p.shift) as u128);
+        BucketFigures {
+            now_ns,
+            rate: p.rate,
+            ahead: if ahead > u64::MAX as u128 {
+                u64::MAX
+            } else {
+                ahead as u64
+            },
+            // Both at most the cap, `burst × UNIT` < 2^31 (`MAX_TOKEN_BITS`).
+            tokens: tokens as u32,
+            need: need as u32,
+            burst: p.burst,
+            shift: p.shift as u8,
+        }
     }
 
-    pub(crate) fn limit(&self) -> u64 {
-        u64::from(self.params.burst)
+    /// The absolute base tick.
+    #[inline]
+    const fn base(&self) -> u128 {
+        (self.now_ns >> self.shift) as u128 + self.ahead as u128
+    }
+
+    const fn cap(&self) -> u64 {
+        self.burst as u64 * UNIT
+    }
+
+    /// The figures as a decision's detail.
+    #[inline(always)]
+    pub(crate) const fn detail(self) -> Detail {
+        Detail::Bucket {
+            now_ns: self.now_ns,
+            rate: self.rate,
+            ahead: self.ahead,
+            tokens: self.tokens,
+            need: self.need,
+            burst: self.burst,
+            shift: self.shift,
+        }
+    }
+
+    pub(crate) fn remaining(&self) -> u64 {
+        u64::from(self.tokens) >> FRAC_BITS
     }
 
     /// Nanoseconds from `now_ns` until the refill since `base` reaches `more` units.
@@ -308,22 +367,23 @@ impl BucketFigures {
         if more == 0 {
             return 0;
         }
-        let p = &self.params;
+        let base = self.base();
         // The first tick k with floor(k × rate / 2^RATE_FRAC) >= units(base) + more: k = base +
         // ceil((more × 2^RATE_FRAC - accrued) / rate), where `accrued` is the fraction of a unit
         // already on the grid at `base`.
-        let accrued = (self.base * p.rate as u128) & ((1 << RATE_FRAC) - 1);
+        let accrued = (base * self.rate as u128) & ((1 << RATE_FRAC) - 1);
         let numerator = ((more as u128) << RATE_FRAC) - accrued;
         let ticks = match u64::try_from(numerator) {
             // Up to 2^11 units (two tokens): a 64-bit division, the common case.
-            Ok(n) => n.div_ceil(p.rate) as u128,
-            Err(_) => numerator.div_ceil(p.rate as u128),
+            Ok(n) => n.div_ceil(self.rate) as u128,
+            Err(_) => numerator.div_ceil(self.rate as u128),
         };
-        let k = self.base + ticks;
-        let mut at = k.checked_shl(p.shift).unwrap_or(u128::MAX);
+        let k = base + ticks;
+        let shift = u32::from(self.shift);
+        let mut at = k.checked_shl(shift).unwrap_or(u128::MAX);
         // A request that needs the bucket full passes as soon as the *exact* refill reaches the cap
         // (see `decide`), which can be before the grid gets there.
-        if self.tokens + more >= p.cap {
+        if u64::from(self.tokens) + more >= self.cap() {
             at = at.min(self.exact_cap_at(accrued));
         }
         let wait = at.saturating_sub(self.now_ns as u128);
@@ -335,24 +395,24 @@ impl BucketFigures {
     /// `tokens + position(t) - units(base) >= cap`, i.e. `t × rate >= (units(base) + cap - tokens)
     /// × 2^(RATE_FRAC + shift)`, computed relative to `base` to stay inside 128 bits.
     fn exact_cap_at(&self, accrued: u128) -> u128 {
-        let p = &self.params;
-        let rate = p.rate as u128;
+        let rate = self.rate as u128;
+        let shift = u32::from(self.shift);
         // Units (fixed point) still to accrue after the base tick's own position.
-        let missing = ((p.cap - self.tokens) as u128) << RATE_FRAC;
+        let missing = ((self.cap() - u64::from(self.tokens)) as u128) << RATE_FRAC;
         let missing = missing.saturating_sub(accrued);
         // ceil(missing × 2^shift / rate), split so that no product leaves 128 bits.
         let (q, r) = (missing / rate, missing % rate);
-        let rel = (q << p.shift) + ((r << p.shift).div_ceil(rate));
-        let base_ns = self.base << p.shift;
+        let rel = (q << shift) + ((r << shift).div_ceil(rate));
+        let base_ns = self.base() << shift;
         base_ns + rel
     }
 
     pub(crate) fn wait_ns(&self) -> u64 {
-        self.ns_until(self.need)
+        self.ns_until(u64::from(self.need))
     }
 
     pub(crate) fn reset_ns(&self) -> u64 {
-        self.ns_until(self.params.cap.saturating_sub(self.tokens))
+        self.ns_until(self.cap().saturating_sub(u64::from(self.tokens)))
     }
 }
 
@@ -365,17 +425,6 @@ pub(crate) enum Outcome {
     Deny { figures: BucketFigures },
     /// Nothing decided: read the clock again and decide on [`Reading::Fresh`].
     Recheck,
-}
-
-/// How far a clock reading can be trusted (see the module docs' table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reading {
-    /// A clock that may step back.
-    Any,
-    /// A monotonic clock, read before the word was loaded (so possibly stale).
-    Monotonic,
-    /// A monotonic clock, read after the word was loaded.
-    Fresh,
 }
 
 /// The bucket refilled to `now_ns`: `(base, held, stamp)`, the absolute tick refills count from,
@@ -470,23 +519,11 @@ pub(crate) const fn decide(
     if held >= cost {
         Outcome::Allow {
             word: p.pack(stamp, held - cost),
-            figures: BucketFigures {
-                now_ns,
-                base,
-                tokens: held - cost,
-                need: 0,
-                params: *p,
-            },
+            figures: BucketFigures::new(now_ns, base, held - cost, 0, p),
         }
     } else {
         Outcome::Deny {
-            figures: BucketFigures {
-                now_ns,
-                base,
-                tokens: held,
-                need: cost - held,
-                params: *p,
-            },
+            figures: BucketFigures::new(now_ns, base, held, cost - held, p),
         }
     }
 }
@@ -494,7 +531,6 @@ pub(crate) const fn decide(
 /// Gives back `cost` units taken moments ago and never used: added to the units held as of the
 /// stamp (so never past the cap), then refilled to `now_ns` with the same cap test as a check, so a
 /// bucket made full by the return re-phases like any other. `None` when nothing changes.
-#[cfg(feature = "std")]
 #[inline]
 pub(crate) const fn give_back(word: u64, now_ns: u64, cost: u64, p: &BucketParams) -> Option<u64> {
     let (stamp, tokens) = p.unpack(word);

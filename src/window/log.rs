@@ -6,7 +6,7 @@ use crate::clock::Clock;
 use crate::clock::DefaultClock;
 use crate::clock::{DefaultClockOrNone, is_coarse};
 use crate::decision::Decision;
-use crate::decision::Detail;
+use crate::decision::{Detail, count32};
 use crate::quota::{Quota, QuotaError};
 use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
 
@@ -182,10 +182,10 @@ impl<C: Clock> SlidingWindowLog<C> {
             allowed,
             self.clock.resolution(),
             Detail::Eager {
-                remaining: (cap - ring.len) as u64,
+                remaining: count32((cap - ring.len) as u64),
                 retry_ns,
                 reset_ns,
-                limit: self.limit,
+                limit: count32(self.limit),
             },
         )
     }

@@ -32,11 +32,13 @@
 //! from the reading itself: the distance back to that window's start is added, so waiting them is
 //! enough and a denial never advertises zero. A reading before the epoch is the same case.
 
+use crate::decision::{Decision, Detail, count32};
 use crate::quota::{Quota, QuotaError};
+use crate::state_cell::Step;
 
 /// A window quota: at most `limit` admissions per window of `window` ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WindowParams {
+pub struct WindowParams {
     pub(crate) limit: u64,
     pub(crate) window: u64,
     /// floor(2^64 / window), for the division-free window index (window >= 2).
@@ -82,6 +84,13 @@ impl WindowParams {
         (k, t - k * self.window)
     }
 
+    /// The word of `now`'s window with every count 0 (`counts` counts in the word).
+    pub(crate) fn empty_word(&self, now: u64, counts: u32) -> u64 {
+        let (k, _) = self.locate(now);
+        // The index's high bits fall off the word, as they do when a step stores it.
+        k.checked_shl(counts * self.count_bits).unwrap_or(0)
+    }
+
     /// ns from a reading `elapsed` ns into its window to that window's end.
     #[inline]
     pub(crate) fn left_in_window(&self, elapsed: u64) -> u64 {
@@ -114,21 +123,21 @@ impl WindowParams {
         };
         let d = k.wrapping_sub(stored) & mask;
         let (step, elapsed, behind) = if d == 0 {
-            (Step::Same, elapsed, before_epoch)
+            (Move::Same, elapsed, before_epoch)
         } else if d > mask >> 1 {
             // Behind the stored window by `back` windows: decide at its start, as a stalled clock.
             let back = u128::from(stored.wrapping_sub(k) & mask);
             let behind =
                 back * u128::from(self.window) - u128::from(elapsed) + u128::from(before_epoch);
-            (Step::Same, 0, u64::try_from(behind).unwrap_or(u64::MAX))
+            (Move::Same, 0, u64::try_from(behind).unwrap_or(u64::MAX))
         } else if d == 1 {
-            (Step::Next, elapsed, 0)
+            (Move::Next, elapsed, 0)
         } else {
-            (Step::Later, elapsed, 0)
+            (Move::Later, elapsed, 0)
         };
         Position {
             step,
-            index: if step == Step::Same { stored } else { k },
+            index: if step == Move::Same { stored } else { k },
             elapsed,
             behind,
         }
@@ -136,7 +145,7 @@ impl WindowParams {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
+enum Move {
     Same,
     Next,
     Later,
@@ -145,7 +154,7 @@ enum Step {
 /// A reading placed against the stored window.
 #[derive(Debug, Clone, Copy)]
 struct Position {
-    step: Step,
+    step: Move,
     /// The window the decision is made in.
     index: u64,
     /// ns into that window the decision is made at.
@@ -157,7 +166,7 @@ struct Position {
 
 /// What a window step decides: the word to store (if any) and the figures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WindowOutcome {
+pub struct WindowOutcome {
     pub(crate) allowed: bool,
     pub(crate) word: Option<u64>,
     pub(crate) remaining: u64,
@@ -168,24 +177,20 @@ pub(crate) struct WindowOutcome {
 impl WindowOutcome {
     /// The outcome as a `StateCell` step answering a `Decision`.
     #[inline]
-    pub(crate) fn into_step(
-        self,
-        resolution: u64,
-        limit: u64,
-    ) -> crate::state_cell::Step<crate::Decision> {
-        let d = crate::Decision::new(
+    pub(crate) fn into_step(self, resolution: u64, limit: u64) -> Step<Decision> {
+        let d = Decision::new(
             self.allowed,
             resolution,
-            crate::decision::Detail::Eager {
-                remaining: self.remaining,
+            Detail::Eager {
+                remaining: count32(self.remaining),
                 retry_ns: self.retry_ns,
                 reset_ns: self.reset_ns,
-                limit,
+                limit: count32(limit),
             },
         );
         match self.word {
-            Some(new) => crate::state_cell::Step::Store(new, d),
-            None => crate::state_cell::Step::Keep(d),
+            Some(new) => Step::Store(new, d),
+            None => Step::Keep(d),
         }
     }
 }
@@ -199,8 +204,8 @@ pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutc
     let at = p.position(stored, now, 1);
     let (index, count) = match at.step {
         // A step back keeps the stored window and its count.
-        Step::Same => (at.index, count),
-        Step::Next | Step::Later => (at.index, 0),
+        Move::Same => (at.index, count),
+        Move::Next | Move::Later => (at.index, 0),
     };
     let to_end = p.left_in_window(at.elapsed).saturating_add(at.behind);
     let n = u64::from(n);
@@ -241,9 +246,9 @@ pub(crate) fn sliding(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOu
     );
     let at = p.position(stored, now, 2);
     let (index, previous, current) = match at.step {
-        Step::Same => (at.index, previous, current),
-        Step::Next => (at.index, current, 0),
-        Step::Later => (at.index, 0, 0),
+        Move::Same => (at.index, previous, current),
+        Move::Next => (at.index, current, 0),
+        Move::Later => (at.index, 0, 0),
     };
     let elapsed = at.elapsed;
     let w = u128::from(p.window);
@@ -321,131 +326,6 @@ fn wait_sliding(previous: u64, current: u64, n: u64, elapsed: u64, p: &WindowPar
     };
     (to_end + e).min(u128::from(u64::MAX)) as u64
 }
-
-/// A window limiter type: the struct, its constructors, the CAS through `StateCell`, and
-/// `RateLimiter`. `$step` is `fixed` or `sliding`; `$max` the largest limit.
-macro_rules! window_limiter {
-    ($(#[$doc:meta])* $name:ident, $step:path, $max:expr, $counts:expr) => {
-        $(#[$doc])*
-        #[derive(Debug)]
-        pub struct $name<C = crate::clock::DefaultClockOrNone> {
-            word: crate::state_cell::StateCell,
-            params: crate::window::math::WindowParams,
-            quota: crate::Quota,
-            clock: C,
-        }
-
-        #[cfg(feature = "quanta")]
-        impl $name<crate::clock::DefaultClock> {
-            /// At most `quota.rate()` admissions per window of `quota.per()`, windows counted from
-            /// now on the default clock ([`QuantaClock`](crate::QuantaClock)).
-            ///
-            /// # Errors
-            ///
-            /// [`QuotaError::LimitTooLarge`](crate::QuotaError::LimitTooLarge) if the limit does
-            /// not fit the packed counters.
-            pub fn new(quota: crate::Quota) -> Result<Self, crate::QuotaError> {
-                $name::with_clock(quota, crate::clock::DefaultClock::new())
-            }
-        }
-
-        impl<C: crate::Clock> $name<C> {
-            /// At most `quota.rate()` admissions per window of `quota.per()`, windows counted from
-            /// now on `clock` (the quota's burst is not used).
-            ///
-            /// # Errors
-            ///
-            /// [`QuotaError::LimitTooLarge`](crate::QuotaError::LimitTooLarge) if the limit does
-            /// not fit the packed counters.
-            pub fn with_clock(quota: crate::Quota, clock: C) -> Result<Self, crate::QuotaError> {
-                let params = crate::window::math::WindowParams::new(&quota, clock.now(), $max)?;
-                Ok($name {
-                    word: crate::state_cell::StateCell::new(0),
-                    params,
-                    quota,
-                    clock,
-                })
-            }
-
-            /// Asks for one token.
-            #[inline]
-            pub fn check(&self) -> crate::Decision {
-                self.run(1)
-            }
-
-            /// The longest idle (or clock step) read exactly: `2^(index bits - 1) - 1` windows,
-            /// the index taking the bits the counts leave. Past it the window index is read modulo
-            /// its width: old counts may be kept, so fewer admissions, never more.
-            pub fn horizon(&self) -> core::time::Duration {
-                core::time::Duration::from_nanos(self.params.horizon_ns($counts))
-            }
-
-            /// Asks for `n` admissions at once, all or nothing; `n = 0` peeks.
-            ///
-            /// # Errors
-            ///
-            /// [`InsufficientCapacity`](crate::InsufficientCapacity) if `n` exceeds the limit.
-            #[inline]
-            pub fn check_n(&self, n: u32) -> Result<crate::Decision, crate::InsufficientCapacity> {
-                crate::InsufficientCapacity::check(n, self.params.limit as u32)?;
-                Ok(self.run(n))
-            }
-
-            #[inline]
-            fn run(&self, n: u32) -> crate::Decision {
-                let d = self.word.update(self.step(self.clock.now(), n));
-                if d.is_allowed() || !crate::clock::is_coarse(&self.clock) {
-                    return d;
-                }
-                self.confirm(n)
-            }
-
-            /// A denial made on a coarse reading, decided again on a fresh one.
-            #[cold]
-            #[inline(never)]
-            fn confirm(&self, n: u32) -> crate::Decision {
-                self.word.update(self.step(self.clock.now_fresh(), n))
-            }
-
-            /// The window step at `now` for `n`, as `StateCell` runs it. A denial decided on a
-            /// stale word stands (counts only grow within a window; see `docs/design.md`).
-            #[inline]
-            fn step(
-                &self,
-                now: u64,
-                n: u32,
-            ) -> impl Fn(u64) -> crate::state_cell::Step<crate::Decision> + '_ {
-                let resolution = self.clock.resolution();
-                move |word| $step(word, now, n, &self.params).into_step(resolution, self.params.limit)
-            }
-
-            /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.
-            #[cfg(atomic_limiter_loom)]
-            #[doc(hidden)]
-            pub fn loom_broken_check_n(&self, n: u32) -> crate::Decision {
-                self.word.update_racy(self.step(self.clock.now(), n))
-            }
-        }
-
-        impl<C: crate::Clock> crate::RateLimiter for $name<C> {
-            #[inline]
-            fn check(&self) -> crate::Decision {
-                $name::check(self)
-            }
-
-            #[inline]
-            fn check_n(&self, n: u32) -> Result<crate::Decision, crate::InsufficientCapacity> {
-                $name::check_n(self, n)
-            }
-
-            fn quota(&self) -> &crate::Quota {
-                &self.quota
-            }
-        }
-    };
-}
-
-pub(crate) use window_limiter;
 
 #[cfg(test)]
 mod tests {

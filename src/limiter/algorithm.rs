@@ -1,0 +1,131 @@
+//! What an algorithm gives the shell: parameters from a quota, a full word, and one pure step.
+
+use crate::clock::Reading;
+use crate::decision::Decision;
+use crate::quota::{Quota, QuotaError};
+use crate::state_cell::Step;
+
+/// An algorithm a [`Limiter`](crate::Limiter) runs on its one state word: GCRA
+/// ([`GcraAlgorithm`](crate::algorithm::GcraAlgorithm)), the packed token bucket
+/// ([`TokenBucketAlgorithm`](crate::algorithm::TokenBucketAlgorithm)), or a window
+/// ([`WindowAlgorithm`](crate::algorithm::WindowAlgorithm)).
+///
+/// Sealed: the algorithms are this crate's, each written as pure arithmetic from the current word
+/// and a clock reading to the word to store and the decision; the shell runs it through the one
+/// compare-and-swap. Name it only in generic code (`fn f<A: Algorithm>(l: &Limiter<A>)`).
+pub trait Algorithm: engine::Engine + core::fmt::Debug + Send + Sync + Sized {}
+
+/// An algorithm that refills continuously (a token comes back every period) and accepts every
+/// quota, so its limiters are built without a `Result` and can be keyed and sharded: GCRA and
+/// the token bucket.
+pub trait Continuous: Algorithm + engine::Total {}
+
+pub(crate) mod engine {
+    use super::*;
+
+    /// The algorithm's side of the shell, out of the public API (the trait cannot be named outside
+    /// the crate, so neither implemented nor called there).
+    pub trait Engine: Sized {
+        /// The parameters for `quota`, windows counted from `now_ns`; an error where the quota
+        /// cannot be served (a window's limit too large for its packed counts).
+        fn from_quota(quota: &Quota, now_ns: u64) -> Result<Self, QuotaError>;
+
+        /// The most tokens one request may take.
+        fn capacity(&self) -> u32;
+
+        /// A clock reading in the units the step takes.
+        fn units(&self, now_ns: u64) -> u64;
+
+        /// The word of a limiter that is full at `now` (step units).
+        fn full_word(&self, now: u64) -> u64;
+
+        /// What a step answers: a [`Decision`], or for an algorithm that may ask for a fresh
+        /// reading, an `Option` of one.
+        type Answer: Answer;
+
+        /// One decision for `n <= capacity` tokens at `now` (step units), with the reading trusted
+        /// as `reading` says and waits rounded up to `resolution`. An answer of `None` asks for a
+        /// fresh reading (the token bucket's possibly stale one). A denial kept on a stale word
+        /// must stand for every later word (argued per algorithm on its step).
+        fn step(
+            &self,
+            word: u64,
+            now: u64,
+            n: u32,
+            reading: Reading,
+            resolution: u64,
+        ) -> Step<Self::Answer>;
+    }
+
+    /// A step's answer. An algorithm that never asks for a fresh reading answers a plain
+    /// [`Decision`], so that the shell's path for that request compiles away for it (an `Option`
+    /// coming back from the CAS's out-of-line retry loop could not be seen to be `Some`).
+    pub trait Answer: Sized {
+        /// The decision, or `None` for "decide again on a fresh reading".
+        fn decision(self) -> Option<Decision>;
+
+        /// Whether this answer asks for a fresh reading.
+        fn is_recheck(&self) -> bool;
+
+        /// Whether this is the final decision: not one made on a reading that may be stale, nor
+        /// a denial made on a `coarse` clock (those are made again on a fresh reading).
+        fn is_final(&self, coarse: bool) -> bool;
+
+        /// The decision of an answer that [`Answer::is_final`].
+        fn into_final(self) -> Decision;
+    }
+
+    impl Answer for Decision {
+        #[inline(always)]
+        fn decision(self) -> Option<Decision> {
+            Some(self)
+        }
+
+        #[inline(always)]
+        fn is_recheck(&self) -> bool {
+            false
+        }
+
+        #[inline(always)]
+        fn is_final(&self, coarse: bool) -> bool {
+            self.is_allowed() || !coarse
+        }
+
+        #[inline(always)]
+        fn into_final(self) -> Decision {
+            self
+        }
+    }
+
+    impl Answer for Option<Decision> {
+        #[inline(always)]
+        fn decision(self) -> Option<Decision> {
+            self
+        }
+
+        #[inline(always)]
+        fn is_recheck(&self) -> bool {
+            self.is_none()
+        }
+
+        #[inline(always)]
+        fn is_final(&self, coarse: bool) -> bool {
+            matches!(self, Some(d) if d.is_allowed() || !coarse)
+        }
+
+        #[inline(always)]
+        fn into_final(self) -> Decision {
+            crate::limiter::settle(self)
+        }
+    }
+
+    /// A continuous algorithm's part: parameters, which every quota has, and giving back.
+    pub trait Total {
+        /// The parameters for `quota`.
+        fn continuous(quota: &Quota) -> Self;
+
+        /// The word with `n` tokens taken moments ago given back, never past full; `None` when
+        /// nothing changes (a gather across shards, undone half-way).
+        fn give_back(&self, word: u64, now: u64, n: u32) -> Option<u64>;
+    }
+}
