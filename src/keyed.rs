@@ -1,6 +1,13 @@
+//! [`Keyed`]: one limiter per key, with bounded memory, and what a custom store needs: the store
+//! trait ([`KeyedStore`]), the entry it holds ([`KeyEntry`]) and the default hasher
+//! ([`KeyHasher`]). `Keyed` and [`KeyQuotas`] are also at the crate root.
+
 pub(crate) mod due;
 pub(crate) mod limiter;
 pub(crate) mod store;
+
+pub use self::limiter::KeyedLimiter;
+pub use self::store::KeyedStore;
 
 use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
@@ -16,9 +23,7 @@ use crate::decision::Decision;
 use crate::decision::Detail;
 use crate::gcra::Gcra;
 use crate::keyed::due::{DueQueue, Front, NoRoom};
-use crate::keyed::limiter::KeyedLimiter;
 use crate::keyed::limiter::engine::KeyState;
-use crate::keyed::store::KeyedStore;
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};

@@ -69,7 +69,7 @@ mod clock;
 mod decision;
 mod gcra;
 #[cfg(feature = "std")]
-mod keyed;
+pub mod keyed;
 mod limiter;
 mod quota;
 mod rate_limiter;
@@ -93,9 +93,7 @@ pub use gcra::throttle::{Throttle, ThrottleError};
 #[cfg(feature = "std")]
 pub use keyed::limiter::KeyedLimiter;
 #[cfg(feature = "std")]
-pub use keyed::store::KeyedStore;
-#[cfg(feature = "std")]
-pub use keyed::{KeyEntry, KeyHasher, KeyQuotas, Keyed, QuotaFn};
+pub use keyed::{KeyQuotas, Keyed};
 pub use limiter::Limiter;
 pub use quota::{Quota, QuotaError};
 pub use rate_limiter::{InsufficientCapacity, RateLimiter};

@@ -1,8 +1,9 @@
 //! Keyed limiters: bounded memory under floods, eviction that never over-admits, racing inserts.
 
+use atomic_limiter::keyed::{KeyHasher, KeyedStore};
 use atomic_limiter::{
-    Clock, Decision, Gcra, InsufficientCapacity, KeyHasher, KeyQuotas, Keyed, KeyedStore,
-    ManualClock, Quota, RateLimiter, TokenBucket,
+    Clock, Decision, Gcra, InsufficientCapacity, KeyQuotas, Keyed, ManualClock, Quota, RateLimiter,
+    TokenBucket,
 };
 use dashmap::DashMap;
 use proptest::prelude::*;

@@ -13,7 +13,8 @@ use loom::thread;
 /// are invisible to loom, so the model runs `Keyed` on a map loom can see: a loom mutex around a
 /// `HashMap`. Its broken twin looks the key up, unlocks, and inserts afterwards: two threads can
 /// both insert, each with a fresh bucket.
-use atomic_limiter::{KeyEntry, KeyQuotas, Keyed, KeyedStore};
+use atomic_limiter::keyed::{KeyEntry, KeyedStore};
+use atomic_limiter::{KeyQuotas, Keyed};
 use loom::sync::Mutex;
 use std::collections::HashMap;
 
