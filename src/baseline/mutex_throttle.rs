@@ -53,7 +53,7 @@ impl<C: Clock, L: BaselineLock<u64>> MutexThrottle<C, L> {
         self.reserve_n(1, max_wait)
     }
 
-    /// As [`Throttle::reserve_n`](crate::Throttle::reserve_n).
+    /// As [`Throttle::reserve_n`](crate::Throttle::reserve_n), answering the wait alone.
     ///
     /// # Errors
     ///
@@ -69,6 +69,8 @@ impl<C: Clock, L: BaselineLock<u64>> MutexThrottle<C, L> {
             }
             r.map(|(_, wait)| wait)
         });
-        self.params.reservation(reserved)
+        reserved
+            .map(|wait| self.params.duration(wait))
+            .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait)))
     }
 }

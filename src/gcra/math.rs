@@ -57,16 +57,6 @@ impl GcraParams {
         core::time::Duration::from_nanos(units.div_ceil(self.scale))
     }
 
-    /// A reservation's answer: the wait, or how far off the refused slot was.
-    pub(crate) fn reservation(
-        &self,
-        reserved: Result<u64, u64>,
-    ) -> Result<core::time::Duration, crate::ThrottleError> {
-        reserved
-            .map(|wait| self.duration(wait))
-            .map_err(|wait| crate::ThrottleError::WouldWait(self.duration(wait)))
-    }
-
     /// `n` within the burst, or the error a reservation gives.
     pub(crate) fn within_burst(&self, n: u32) -> Result<(), crate::ThrottleError> {
         crate::InsufficientCapacity::check(n, self.burst)
