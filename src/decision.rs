@@ -209,27 +209,20 @@ impl Decision {
         matches!(self.kind, Kind::TableFull)
     }
 
-    /// The bucket's figures, when this is a bucket's decision (else any: never asked).
+    /// The bucket's figures, when this is a bucket's decision (only then asked).
+    #[inline]
     fn bucket(&self) -> BucketFigures {
-        match self.detail() {
-            Detail::Bucket {
-                now_ns,
-                rate,
-                ahead,
-                tokens,
-                need,
-                burst,
-                shift,
-            } => BucketFigures {
-                now_ns,
-                rate,
-                ahead,
-                tokens,
-                need,
-                burst,
-                shift,
-            },
-            _ => BucketFigures::default(),
+        // The words and counts as `Decision::new` laid a bucket's figures out.
+        let [now_ns, rate, ahead] = self.words;
+        let [tokens, need, burst] = self.counts;
+        BucketFigures {
+            now_ns,
+            rate,
+            ahead,
+            tokens,
+            need,
+            burst,
+            shift: self.small,
         }
     }
 
@@ -255,10 +248,11 @@ impl Decision {
         if self.is_allowed() {
             return Duration::ZERO;
         }
-        let ns = match self.detail() {
-            Detail::Time { wait, scale, .. } => units_to_ns(wait, u64::from(scale)),
-            Detail::Bucket { .. } => self.bucket().wait_ns(),
-            Detail::Eager { retry_ns, .. } | Detail::TableFull { retry_ns, .. } => retry_ns,
+        // Read straight from the fields (see `Decision::new`): this is on a refusal's path.
+        let ns = match self.kind {
+            Kind::Time => units_to_ns(self.words[1], u64::from(self.small)),
+            Kind::Bucket => self.bucket().wait_ns(),
+            Kind::Eager | Kind::TableFull => self.words[0],
         };
         Duration::from_nanos(round_up(ns, self.resolution))
     }
@@ -298,11 +292,11 @@ impl Decision {
     /// The time until the limiter is full again (every token back), rounded up to the clock's
     /// resolution.
     pub fn reset_after(&self) -> Duration {
-        let ns = match self.detail() {
-            Detail::Time { after, scale, .. } => units_to_ns(after, u64::from(scale)),
-            Detail::Bucket { .. } => self.bucket().reset_ns(),
-            Detail::Eager { reset_ns, .. } => reset_ns,
-            Detail::TableFull { retry_ns, .. } => retry_ns,
+        let ns = match self.kind {
+            Kind::Time => units_to_ns(self.words[0], u64::from(self.small)),
+            Kind::Bucket => self.bucket().reset_ns(),
+            Kind::Eager => self.words[1],
+            Kind::TableFull => self.words[0],
         };
         Duration::from_nanos(round_up(ns, self.resolution))
     }

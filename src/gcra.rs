@@ -2,11 +2,11 @@ pub(crate) mod math;
 pub(crate) mod reservation;
 pub(crate) mod throttle;
 
-use self::math::GcraParams;
+use self::math::{GcraParams, Outcome};
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
-use crate::limiter::algorithm::engine::{Engine, Total};
+use crate::limiter::algorithm::engine::{Answer, Engine, Total};
 use crate::limiter::algorithm::{Algorithm, Continuous};
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
@@ -70,8 +70,42 @@ impl Total for GcraAlgorithm {
     }
 }
 
+/// What GCRA's step carries out of the CAS loop: two words, in registers; the decision is built
+/// from them and the parameters once the loop is done.
+#[derive(Debug, Clone, Copy)]
+pub struct GcraAnswer {
+    /// Units of debt after the decision.
+    after: u64,
+    /// Units until the request would pass: 0 when allowed (a refusal always waits at least 1).
+    wait: u64,
+}
+
+impl Answer<GcraAlgorithm> for GcraAnswer {
+    #[inline(always)]
+    fn decide(self, algorithm: &GcraAlgorithm, now: u64, resolution: u64) -> Option<Decision> {
+        Some(self.into_final(algorithm, now, resolution))
+    }
+
+    #[inline(always)]
+    fn is_recheck(&self) -> bool {
+        false
+    }
+
+    #[inline(always)]
+    fn is_final(&self, coarse: bool) -> bool {
+        self.wait == 0 || !coarse
+    }
+
+    #[inline(always)]
+    fn into_final(self, algorithm: &GcraAlgorithm, _now: u64, resolution: u64) -> Decision {
+        algorithm
+            .0
+            .decision(self.wait == 0, self.after, self.wait, resolution)
+    }
+}
+
 impl Engine for GcraAlgorithm {
-    type Answer = Decision;
+    type Answer = GcraAnswer;
 
     fn from_quota(quota: &Quota, _now_ns: u64) -> Result<GcraAlgorithm, QuotaError> {
         Ok(GcraAlgorithm::continuous(quota))
@@ -102,9 +136,13 @@ impl Engine for GcraAlgorithm {
         now: u64,
         n: u32,
         _reading: Reading,
-        resolution: u64,
-    ) -> Step<Decision> {
-        math::meter(tat, now, n, &self.0, resolution)
+        _resolution: u64,
+    ) -> Step<GcraAnswer> {
+        match math::decide(tat, now, n, &self.0) {
+            Outcome::Deny { after, wait } => Step::Keep(GcraAnswer { after, wait }),
+            Outcome::Allow { after, .. } if n == 0 => Step::Keep(GcraAnswer { after, wait: 0 }),
+            Outcome::Allow { tat, after } => Step::Store(tat, GcraAnswer { after, wait: 0 }),
+        }
     }
 }
 

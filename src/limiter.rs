@@ -132,10 +132,11 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// request passes, one CAS.
     #[inline(always)]
     pub(crate) fn run_on(&self, cell: &StateCell, n: u32) -> Decision {
-        let answer = cell.update(self.step(self.reading(), n, false));
+        let now = self.reading();
+        let answer = cell.update(self.step(now, n, false));
         // A denial on a nanosecond clock is final; the test compiles away for those.
         if answer.is_final(is_coarse(&self.clock)) {
-            return answer.into_final();
+            return answer.into_final(&self.algorithm, now, self.clock.resolution());
         }
         self.fresh_on(cell, n)
     }
@@ -145,10 +146,9 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     #[cold]
     #[inline(never)]
     fn fresh_on(&self, cell: &StateCell, n: u32) -> Decision {
-        settle(
-            cell.update(self.step(self.fresh_reading(), n, true))
-                .decision(),
-        )
+        let now = self.fresh_reading();
+        let answer = cell.update(self.step(now, n, true));
+        settle(answer.decide(&self.algorithm, now, self.clock.resolution()))
     }
 
     /// The clock read now, in the step's units.
@@ -189,11 +189,9 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     #[cfg(atomic_limiter_loom)]
     #[doc(hidden)]
     pub fn loom_broken_check_n(&self, n: u32) -> Decision {
-        settle(
-            self.word
-                .update_racy(self.step(self.reading(), n, false))
-                .decision(),
-        )
+        let now = self.reading();
+        let answer = self.word.update_racy(self.step(now, n, false));
+        settle(answer.decide(&self.algorithm, now, self.clock.resolution()))
     }
 
     /// For the loom models: the raw state word.
@@ -208,7 +206,17 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
 /// fresh one, so this never sees `None`; were it to, it refuses (never over-admits).
 #[inline]
 pub(crate) fn settle(answer: Option<Decision>) -> Decision {
-    answer.unwrap_or(Decision::new(
+    match answer {
+        Some(d) => d,
+        None => unsettled(),
+    }
+}
+
+/// The refusal [`settle`] gives for an answer that never comes.
+#[cold]
+#[inline(never)]
+fn unsettled() -> Decision {
+    Decision::new(
         false,
         1,
         Detail::Eager {
@@ -217,7 +225,7 @@ pub(crate) fn settle(answer: Option<Decision>) -> Decision {
             remaining: 0,
             limit: 0,
         },
-    ))
+    )
 }
 
 impl<A: Algorithm, C: Clock> RateLimiter for Limiter<A, C> {

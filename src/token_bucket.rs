@@ -4,8 +4,9 @@ use self::math::{BucketFigures, BucketParams, Outcome};
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
-use crate::limiter::algorithm::engine::{Engine, Total};
+use crate::limiter::algorithm::engine::{Answer, Engine, Total};
 use crate::limiter::algorithm::{Algorithm, Continuous};
+use crate::limiter::settle;
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
 
@@ -80,8 +81,70 @@ impl Total for TokenBucketAlgorithm {
     }
 }
 
+/// What the bucket's step carries out of the CAS loop: two words, in registers; the decision is
+/// built from them, the reading and the parameters once the loop is done.
+#[derive(Debug, Clone, Copy)]
+pub struct BucketAnswer {
+    /// Ticks from the reading's tick to the one refills count from.
+    ahead: u64,
+    /// Units held after the decision.
+    tokens: u32,
+    /// Units the request lacked: 0 when allowed; [`BucketAnswer::RECHECK`] asks for a fresh
+    /// reading (a real lack is at most the cap, below 2^31).
+    need: u32,
+}
+
+impl BucketAnswer {
+    const RECHECK: u32 = u32::MAX;
+
+    #[inline(always)]
+    fn of(figures: BucketFigures) -> BucketAnswer {
+        BucketAnswer {
+            ahead: figures.ahead,
+            tokens: figures.tokens,
+            need: figures.need,
+        }
+    }
+}
+
+impl Answer<TokenBucketAlgorithm> for BucketAnswer {
+    #[inline(always)]
+    fn decide(self, bucket: &TokenBucketAlgorithm, now: u64, resolution: u64) -> Option<Decision> {
+        if self.is_recheck() {
+            return None;
+        }
+        let p = &bucket.0;
+        let figures = BucketFigures {
+            now_ns: now,
+            rate: p.rate,
+            ahead: self.ahead,
+            tokens: self.tokens,
+            need: self.need,
+            burst: p.burst,
+            // At most 63.
+            shift: p.shift as u8,
+        };
+        Some(Decision::new(self.need == 0, resolution, figures.detail()))
+    }
+
+    #[inline(always)]
+    fn is_recheck(&self) -> bool {
+        self.need == BucketAnswer::RECHECK
+    }
+
+    #[inline(always)]
+    fn is_final(&self, coarse: bool) -> bool {
+        self.need == 0 || (!coarse && !self.is_recheck())
+    }
+
+    #[inline(always)]
+    fn into_final(self, bucket: &TokenBucketAlgorithm, now: u64, resolution: u64) -> Decision {
+        settle(self.decide(bucket, now, resolution))
+    }
+}
+
 impl Engine for TokenBucketAlgorithm {
-    type Answer = Option<Decision>;
+    type Answer = BucketAnswer;
 
     fn from_quota(quota: &Quota, _now_ns: u64) -> Result<TokenBucketAlgorithm, QuotaError> {
         Ok(TokenBucketAlgorithm::continuous(quota))
@@ -105,25 +168,24 @@ impl Engine for TokenBucketAlgorithm {
     /// A denial decided on a stale word stands for any later word too: later words hold no more
     /// tokens at any given time (admissions only take, refills are capped the same way). A reading
     /// far behind the stamp on a monotonic clock may be stale: `Keep(None)` asks for a fresh one.
-    // Out of line: the bucket's step is long, and inlined into every check it crowds the
-    // caller's registers (measured slower on both paths).
-    #[inline(never)]
+    #[inline]
     fn step(
         &self,
         word: u64,
         now: u64,
         n: u32,
         reading: Reading,
-        resolution: u64,
-    ) -> Step<Option<Decision>> {
-        let decision = |allowed, figures: BucketFigures| {
-            Some(Decision::new(allowed, resolution, figures.detail()))
-        };
+        _resolution: u64,
+    ) -> Step<BucketAnswer> {
         match math::decide(word, now, n, &self.0, reading) {
-            Outcome::Deny { figures } => Step::Keep(decision(false, figures)),
-            Outcome::Allow { figures, .. } if n == 0 => Step::Keep(decision(true, figures)),
-            Outcome::Allow { word, figures } => Step::Store(word, decision(true, figures)),
-            Outcome::Recheck => Step::Keep(None),
+            Outcome::Deny { figures } => Step::Keep(BucketAnswer::of(figures)),
+            Outcome::Allow { figures, .. } if n == 0 => Step::Keep(BucketAnswer::of(figures)),
+            Outcome::Allow { word, figures } => Step::Store(word, BucketAnswer::of(figures)),
+            Outcome::Recheck => Step::Keep(BucketAnswer {
+                ahead: 0,
+                tokens: 0,
+                need: BucketAnswer::RECHECK,
+            }),
         }
     }
 }

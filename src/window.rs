@@ -130,7 +130,7 @@ pub(crate) mod kind {
         const COUNTS: u32 = 1;
         const MAX_LIMIT: u64 = (1 << 31) - 1;
 
-        #[inline]
+        #[inline(always)]
         fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
             math::fixed(word, now, n, p)
         }
@@ -140,7 +140,7 @@ pub(crate) mod kind {
         const COUNTS: u32 = 2;
         const MAX_LIMIT: u64 = WindowParams::MAX_SLIDING_LIMIT;
 
-        #[inline]
+        #[inline(always)]
         fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
             math::sliding(word, now, n, p)
         }
@@ -178,7 +178,7 @@ impl<K: WindowKind> Engine for WindowAlgorithm<K> {
 
     /// A denial decided on a stale word stands: counts only grow within a window (see
     /// `docs/design.md`).
-    #[inline]
+    #[inline(always)]
     fn step(
         &self,
         word: u64,

@@ -66,20 +66,23 @@ pub(crate) mod engine {
             Engine::capacity(self)
         }
 
+        #[inline]
         fn decide(&self, word: &mut u64, now_ns: u64, n: u32, clock: &impl Clock) -> Decision {
             let resolution = clock.resolution();
             let step = |now, fresh| self.step(*word, now, n, Reading::of(clock, fresh), resolution);
-            let mut answer = step(self.units(now_ns), false);
+            let mut now = self.units(now_ns);
+            let mut answer = step(now, false);
             if matches!(&answer, Step::Keep(d) if d.is_recheck()) {
                 // A reading that may be stale: taken again while the lock is held.
-                answer = step(self.units(clock.now_fresh()), true);
+                now = self.units(clock.now_fresh());
+                answer = step(now, true);
             }
             match answer {
                 Step::Store(new, d) => {
                     *word = new;
-                    settle(d.decision())
+                    settle(d.decide(self, now, resolution))
                 }
-                Step::Keep(d) => settle(d.decision()),
+                Step::Keep(d) => settle(d.decide(self, now, resolution)),
             }
         }
     }
@@ -148,6 +151,7 @@ impl<A: Textbook, C: Clock, L: BaselineLock<A::State>> Locked<A, C, L> {
     }
 
     /// One clock read, then the decision under the lock.
+    #[inline]
     fn run(&self, n: u32) -> Decision {
         let now = self.clock.now();
         self.state

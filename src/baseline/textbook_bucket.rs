@@ -57,6 +57,7 @@ impl engine::Textbook for TextbookBucketAlgorithm {
         self.burst
     }
 
+    #[inline]
     fn decide(&self, s: &mut TextbookBucket, now: u64, n: u32, clock: &impl Clock) -> Decision {
         let want = f64::from(n);
         // Lazy refill, only when time moved forward.

@@ -85,7 +85,9 @@ pub(crate) mod engine {
         #[inline]
         fn decision_of(&self, seen: Seen, n: u32) -> Decision {
             match self.step(seen.now, n, seen.fresh)(seen.word) {
-                Step::Store(_, d) | Step::Keep(d) => settle(d.decision()),
+                Step::Store(_, d) | Step::Keep(d) => {
+                    settle(d.decide(self.algorithm(), seen.now, self.clock().resolution()))
+                }
             }
         }
 
@@ -112,7 +114,7 @@ pub(crate) mod engine {
         let word = state.0.update(|w| match step(w) {
             Step::Store(new, _) => Step::Store(new, Some(w)),
             // A reading that may be stale (no decision): settled by one taken after the word.
-            Step::Keep(d) => Step::Keep(d.decision().map(|_| w)),
+            Step::Keep(d) => Step::Keep((!d.is_recheck()).then_some(w)),
         });
         match word {
             Some(word) => Seen { now, word, fresh },

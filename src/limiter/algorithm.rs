@@ -41,7 +41,7 @@ pub(crate) mod engine {
 
         /// What a step answers: a [`Decision`], or for an algorithm that may ask for a fresh
         /// reading, an `Option` of one.
-        type Answer: Answer;
+        type Answer: Answer<Self>;
 
         /// One decision for `n <= capacity` tokens at `now` (step units), with the reading trusted
         /// as `reading` says and waits rounded up to `resolution`. An answer of `None` asks for a
@@ -57,12 +57,16 @@ pub(crate) mod engine {
         ) -> Step<Self::Answer>;
     }
 
-    /// A step's answer. An algorithm that never asks for a fresh reading answers a plain
-    /// [`Decision`], so that the shell's path for that request compiles away for it (an `Option`
-    /// coming back from the CAS's out-of-line retry loop could not be seen to be `Some`).
-    pub trait Answer: Sized {
-        /// The decision, or `None` for "decide again on a fresh reading".
-        fn decision(self) -> Option<Decision>;
+    /// A step's answer for the algorithm `A`: what the CAS loop carries out of a step, turned into
+    /// a [`Decision`] once the loop is done. GCRA and the token bucket answer two words (they come
+    /// back from the CAS's out-of-line retry loop in registers, and the 48-byte decision is built
+    /// once, where it is used, instead of in the loop and copied out); the windows answer a plain
+    /// [`Decision`]. Only the bucket's answer can ask for a fresh reading; for the others the
+    /// shell's path for that request compiles away.
+    pub trait Answer<A>: Sized {
+        /// The decision made at `now` (step units), or `None` for "decide again on a fresh
+        /// reading".
+        fn decide(self, algorithm: &A, now: u64, resolution: u64) -> Option<Decision>;
 
         /// Whether this answer asks for a fresh reading.
         fn is_recheck(&self) -> bool;
@@ -72,12 +76,12 @@ pub(crate) mod engine {
         fn is_final(&self, coarse: bool) -> bool;
 
         /// The decision of an answer that [`Answer::is_final`].
-        fn into_final(self) -> Decision;
+        fn into_final(self, algorithm: &A, now: u64, resolution: u64) -> Decision;
     }
 
-    impl Answer for Decision {
+    impl<A> Answer<A> for Decision {
         #[inline(always)]
-        fn decision(self) -> Option<Decision> {
+        fn decide(self, _: &A, _: u64, _: u64) -> Option<Decision> {
             Some(self)
         }
 
@@ -92,30 +96,8 @@ pub(crate) mod engine {
         }
 
         #[inline(always)]
-        fn into_final(self) -> Decision {
+        fn into_final(self, _: &A, _: u64, _: u64) -> Decision {
             self
-        }
-    }
-
-    impl Answer for Option<Decision> {
-        #[inline(always)]
-        fn decision(self) -> Option<Decision> {
-            self
-        }
-
-        #[inline(always)]
-        fn is_recheck(&self) -> bool {
-            self.is_none()
-        }
-
-        #[inline(always)]
-        fn is_final(&self, coarse: bool) -> bool {
-            matches!(self, Some(d) if d.is_allowed() || !coarse)
-        }
-
-        #[inline(always)]
-        fn into_final(self) -> Decision {
-            crate::limiter::settle(self)
         }
     }
 

@@ -363,7 +363,8 @@ impl BucketFigures {
     }
 
     /// Nanoseconds from `now_ns` until the refill since `base` reaches `more` units.
-    fn ns_until(&self, more: u64) -> u64 {
+    #[inline]
+    fn ns_until(self, more: u64) -> u64 {
         if more == 0 {
             return 0;
         }
@@ -394,7 +395,7 @@ impl BucketFigures {
     /// `base` itself, where refills start): the least `t` with
     /// `tokens + position(t) - units(base) >= cap`, i.e. `t × rate >= (units(base) + cap - tokens)
     /// × 2^(RATE_FRAC + shift)`, computed relative to `base` to stay inside 128 bits.
-    fn exact_cap_at(&self, accrued: u128) -> u128 {
+    fn exact_cap_at(self, accrued: u128) -> u128 {
         let rate = self.rate as u128;
         let shift = u32::from(self.shift);
         // Units (fixed point) still to accrue after the base tick's own position.
@@ -407,11 +408,13 @@ impl BucketFigures {
         base_ns + rel
     }
 
-    pub(crate) fn wait_ns(&self) -> u64 {
+    #[inline]
+    pub(crate) fn wait_ns(self) -> u64 {
         self.ns_until(u64::from(self.need))
     }
 
-    pub(crate) fn reset_ns(&self) -> u64 {
+    #[inline]
+    pub(crate) fn reset_ns(self) -> u64 {
         self.ns_until(self.cap().saturating_sub(u64::from(self.tokens)))
     }
 }

@@ -235,7 +235,7 @@ pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutc
 /// One sliding-window-counter step for `n <= limit` at `now`: the previous window's count weighted
 /// by how much of it still overlaps the last `W` ns, plus the current count, must stay within the
 /// limit: `previous × (W - elapsed) + (current + n) × W <= limit × W`.
-#[inline]
+#[inline(always)]
 pub(crate) fn sliding(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
     let cb = p.count_bits;
     let count_mask = (1u64 << cb) - 1;
