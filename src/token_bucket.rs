@@ -108,6 +108,8 @@ impl BucketAnswer {
 }
 
 impl Answer<TokenBucketAlgorithm> for BucketAnswer {
+    const MAY_RECHECK: bool = true;
+
     #[inline(always)]
     fn decide(self, bucket: &TokenBucketAlgorithm, now: u64, resolution: u64) -> Option<Decision> {
         if self.is_recheck() {

@@ -102,7 +102,7 @@ pub(crate) mod engine {
 
     /// [`KeyedEngine::take_state`] at a given reading: the step's CAS loop and outcome are exactly
     /// `check_state`'s, answering with the word decided on instead of the decision.
-    #[inline]
+    #[inline(always)]
     fn take_at<A: Continuous, C: Clock>(
         limiter: &Limiter<A, C>,
         state: &KeyState,
@@ -112,13 +112,39 @@ pub(crate) mod engine {
     ) -> Seen {
         let step = limiter.step(now, n, fresh);
         let word = state.0.update(|w| match step(w) {
-            Step::Store(new, _) => Step::Store(new, Some(w)),
-            // A reading that may be stale (no decision): settled by one taken after the word.
-            Step::Keep(d) => Step::Keep((!d.is_recheck()).then_some(w)),
+            Step::Store(new, _) => Step::Store(new, Ok(w)),
+            Step::Keep(d) if d.is_recheck() => Step::Keep(Err(w)),
+            Step::Keep(_) => Step::Keep(Ok(w)),
         });
         match word {
-            Some(word) => Seen { now, word, fresh },
-            None => take_at(limiter, state, limiter.fresh_reading(), n, true),
+            Ok(word) => Seen { now, word, fresh },
+            // Only an answer that may ask for a fresh reading gets here.
+            Err(_) if <A::Answer as Answer<A>>::MAY_RECHECK => take_fresh(limiter, state, n),
+            Err(word) => Seen { now, word, fresh },
+        }
+    }
+
+    /// [`take_at`] on a reading taken after the word, for a reading that may have been stale. Out
+    /// of line and not recursive, so that `take_at` inlines into every keyed check.
+    #[cold]
+    #[inline(never)]
+    fn take_fresh<A: Continuous, C: Clock>(
+        limiter: &Limiter<A, C>,
+        state: &KeyState,
+        n: u32,
+    ) -> Seen {
+        let now = limiter.fresh_reading();
+        let step = limiter.step(now, n, true);
+        let word = state.0.update(|w| match step(w) {
+            Step::Store(new, _) => Step::Store(new, w),
+            Step::Keep(_) => Step::Keep(w),
+        });
+        // A fresh reading is always decided on; were it not, the decision worked out from this
+        // word refuses (`settle`), and nothing was taken.
+        Seen {
+            now,
+            word,
+            fresh: true,
         }
     }
 }

@@ -64,6 +64,10 @@ pub(crate) mod engine {
     /// [`Decision`]. Only the bucket's answer can ask for a fresh reading; for the others the
     /// shell's path for that request compiles away.
     pub trait Answer<A>: Sized {
+        /// Whether an answer of this type can ask for a fresh reading at all (known statically,
+        /// so that code after the CAS's out-of-line retry loop can drop that path).
+        const MAY_RECHECK: bool = false;
+
         /// The decision made at `now` (step units), or `None` for "decide again on a fresh
         /// reading".
         fn decide(self, algorithm: &A, now: u64, resolution: u64) -> Option<Decision>;
