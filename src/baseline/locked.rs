@@ -37,14 +37,21 @@ pub(crate) mod engine {
         /// The most tokens one request may take.
         fn capacity(&self) -> u32;
 
-        /// One decision for `n <= capacity` tokens at `now_ns`, on the state the lock holds.
-        fn decide(
+        /// What the step under the lock leaves for the decision to be worked out from after it.
+        type Taken;
+
+        /// The step for `n <= capacity` tokens at `now_ns`, on the state the lock holds: as little
+        /// as the decision needs, so that the lock is held for the state change alone.
+        fn take(
             &self,
             state: &mut Self::State,
             now_ns: u64,
             n: u32,
             clock: &impl Clock,
-        ) -> Decision;
+        ) -> Self::Taken;
+
+        /// The decision, once the lock is released.
+        fn decision(&self, taken: Self::Taken, clock: &impl Clock) -> Decision;
     }
 
     /// A textbook algorithm's parameters, which every quota has.
@@ -66,8 +73,17 @@ pub(crate) mod engine {
             Engine::capacity(self)
         }
 
+        /// The reading the step was made at, and its answer.
+        type Taken = (u64, A::Answer);
+
         #[inline]
-        fn decide(&self, word: &mut u64, now_ns: u64, n: u32, clock: &impl Clock) -> Decision {
+        fn take(
+            &self,
+            word: &mut u64,
+            now_ns: u64,
+            n: u32,
+            clock: &impl Clock,
+        ) -> (u64, A::Answer) {
             let resolution = clock.resolution();
             let step = |now, fresh| self.step(*word, now, n, Reading::of(clock, fresh), resolution);
             let mut now = self.units(now_ns);
@@ -80,10 +96,15 @@ pub(crate) mod engine {
             match answer {
                 Step::Store(new, d) => {
                     *word = new;
-                    settle(d.decide(self, now, resolution))
+                    (now, d)
                 }
-                Step::Keep(d) => settle(d.decide(self, now, resolution)),
+                Step::Keep(d) => (now, d),
             }
+        }
+
+        #[inline]
+        fn decision(&self, (now, answer): (u64, A::Answer), clock: &impl Clock) -> Decision {
+            settle(answer.decide(self, now, clock.resolution()))
         }
     }
 
@@ -150,12 +171,14 @@ impl<A: Textbook, C: Clock, L: BaselineLock<A::State>> Locked<A, C, L> {
         }
     }
 
-    /// One clock read, then the decision under the lock.
+    /// One clock read, the step under the lock, the decision after it.
     #[inline]
     fn run(&self, n: u32) -> Decision {
         let now = self.clock.now();
-        self.state
-            .with(|state| self.algorithm.decide(state, now, n, &self.clock))
+        let taken = self
+            .state
+            .with(|state| self.algorithm.take(state, now, n, &self.clock));
+        self.algorithm.decision(taken, &self.clock)
     }
 }
 

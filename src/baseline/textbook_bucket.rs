@@ -57,8 +57,11 @@ impl engine::Textbook for TextbookBucketAlgorithm {
         self.burst
     }
 
+    /// Whether the request passed, the tokens left and the tokens it wanted.
+    type Taken = (bool, f64, f64);
+
     #[inline]
-    fn decide(&self, s: &mut TextbookBucket, now: u64, n: u32, clock: &impl Clock) -> Decision {
+    fn take(&self, s: &mut TextbookBucket, now: u64, n: u32, _: &impl Clock) -> (bool, f64, f64) {
         let want = f64::from(n);
         // Lazy refill, only when time moved forward.
         if now > s.last_refill {
@@ -70,7 +73,11 @@ impl engine::Textbook for TextbookBucketAlgorithm {
         if allowed {
             s.tokens -= want;
         }
-        let tokens = s.tokens;
+        (allowed, s.tokens, want)
+    }
+
+    #[inline]
+    fn decision(&self, (allowed, tokens, want): (bool, f64, f64), clock: &impl Clock) -> Decision {
         let ns_for = |missing: f64| {
             if missing <= 0.0 {
                 0
