@@ -226,6 +226,19 @@ impl Decision {
         }
     }
 
+    /// A bucket's wait, out of line: the bucket's arithmetic needs many registers, and inlined
+    /// into `retry_after` it would make every other kind's path save them too.
+    #[inline(never)]
+    fn bucket_wait_ns(&self) -> u64 {
+        self.bucket().wait_ns()
+    }
+
+    /// A bucket's time until full, out of line as [`Decision::bucket_wait_ns`].
+    #[inline(never)]
+    fn bucket_reset_ns(&self) -> u64 {
+        self.bucket().reset_ns()
+    }
+
     /// Whole tokens left after this decision.
     pub fn remaining(&self) -> u64 {
         match self.detail() {
@@ -251,7 +264,7 @@ impl Decision {
         // Read straight from the fields (see `Decision::new`): this is on a refusal's path.
         let ns = match self.kind {
             Kind::Time => units_to_ns(self.words[1], u64::from(self.small)),
-            Kind::Bucket => self.bucket().wait_ns(),
+            Kind::Bucket => self.bucket_wait_ns(),
             Kind::Eager | Kind::TableFull => self.words[0],
         };
         Duration::from_nanos(round_up(ns, self.resolution))
@@ -294,7 +307,7 @@ impl Decision {
     pub fn reset_after(&self) -> Duration {
         let ns = match self.kind {
             Kind::Time => units_to_ns(self.words[0], u64::from(self.small)),
-            Kind::Bucket => self.bucket().reset_ns(),
+            Kind::Bucket => self.bucket_reset_ns(),
             Kind::Eager => self.words[1],
             Kind::TableFull => self.words[0],
         };
