@@ -141,7 +141,7 @@ impl Engine for GcraAlgorithm {
         match math::decide(tat, now, n, &self.0) {
             Outcome::Deny { after, wait } => Step::Keep(GcraAnswer { after, wait }),
             Outcome::Allow { after, .. } if n == 0 => Step::Keep(GcraAnswer { after, wait: 0 }),
-            Outcome::Allow { tat, after } => Step::Store(tat, GcraAnswer { after, wait: 0 }),
+            Outcome::Allow { tat, after } => Step::Store(GcraAnswer { after, wait: 0 }, tat),
         }
     }
 }

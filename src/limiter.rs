@@ -71,7 +71,7 @@ impl<A: Continuous, C: Clock> Limiter<A, C> {
         let now = self.reading();
         self.word
             .update(|word| match self.algorithm.give_back(word, now, n) {
-                Some(new) => Step::Store(new, ()),
+                Some(new) => Step::Store((), new),
                 None => Step::Keep(()),
             });
     }

@@ -15,11 +15,15 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// What a step wants done with the word.
+/// What a step wants done with the word: answer `T`, and store a new word or keep the old one.
+///
+/// `repr(C)` with the answer first in both variants, so that it sits at one offset whichever the
+/// variant: taking the answer out of a step is then a load, not a choice between two places.
+#[repr(C)]
 pub enum Step<T> {
-    /// Replace the word with this value, then answer `T`.
-    Store(u64, T),
-    /// Leave the word as it is and answer `T`.
+    /// Answer `T` and replace the word with this value.
+    Store(T, u64),
+    /// Answer `T` and leave the word as it is.
     Keep(T),
 }
 
@@ -45,7 +49,7 @@ impl StateCell {
         let current = self.word.load(Ordering::Relaxed);
         match step(current) {
             Step::Keep(answer) => answer,
-            Step::Store(new, answer) => {
+            Step::Store(answer, new) => {
                 // Relaxed/Relaxed: the CAS is the linearisation point and needs only the atomicity
                 // of one read-modify-write on one location; nothing else is published.
                 match self.word.compare_exchange_weak(
@@ -69,7 +73,7 @@ impl StateCell {
         let current = self.word.load(Ordering::Relaxed);
         match step(current) {
             Step::Keep(answer) => answer,
-            Step::Store(new, answer) => {
+            Step::Store(answer, new) => {
                 self.word.store(new, Ordering::Relaxed);
                 answer
             }
@@ -90,7 +94,7 @@ impl StateCell {
         loop {
             match step(current) {
                 Step::Keep(answer) => return answer,
-                Step::Store(new, answer) => {
+                Step::Store(answer, new) => {
                     // Relaxed/Relaxed: as in `update`.
                     match self.word.compare_exchange_weak(
                         current,
@@ -120,7 +124,7 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     for _ in 0..per_thread {
-                        cell.update(|v| Step::Store(v + 1, ()));
+                        cell.update(|v| Step::Store((), v + 1));
                     }
                 });
             }

@@ -182,7 +182,7 @@ impl Engine for TokenBucketAlgorithm {
         match math::decide(word, now, n, &self.0, reading) {
             Outcome::Deny { figures } => Step::Keep(BucketAnswer::of(figures)),
             Outcome::Allow { figures, .. } if n == 0 => Step::Keep(BucketAnswer::of(figures)),
-            Outcome::Allow { word, figures } => Step::Store(word, BucketAnswer::of(figures)),
+            Outcome::Allow { word, figures } => Step::Store(BucketAnswer::of(figures), word),
             Outcome::Recheck => Step::Keep(BucketAnswer {
                 ahead: 0,
                 tokens: 0,

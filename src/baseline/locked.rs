@@ -94,7 +94,7 @@ pub(crate) mod engine {
                 answer = step(now, true);
             }
             match answer {
-                Step::Store(new, d) => {
+                Step::Store(d, new) => {
                     *word = new;
                     (now, d)
                 }

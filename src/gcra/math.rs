@@ -162,7 +162,7 @@ pub(crate) fn meter(
         Outcome::Allow { after, .. } if n == 0 => {
             Step::Keep(p.decision(true, after, 0, resolution))
         }
-        Outcome::Allow { tat, after } => Step::Store(tat, p.decision(true, after, 0, resolution)),
+        Outcome::Allow { tat, after } => Step::Store(p.decision(true, after, 0, resolution), tat),
     }
 }
 

@@ -118,7 +118,7 @@ impl<C: Clock> Throttle<C> {
         max: u64,
     ) -> impl Fn(u64) -> Step<Result<(u64, u64), u64>> + '_ {
         move |tat| match math::reserve(tat, now, n, &self.params, max) {
-            Ok((new, wait)) => Step::Store(new, Ok((wait, new))),
+            Ok((new, wait)) => Step::Store(Ok((wait, new)), new),
             Err(wait) => Step::Keep(Err(wait)),
         }
     }
@@ -145,7 +145,7 @@ impl<C: Clock> Throttle<C> {
 
     fn refund_latest_step(now: u64, end: u64, cost: u64) -> impl Fn(u64) -> Step<bool> {
         move |tat| match math::refund_latest(tat, now, end, cost) {
-            Some(new) => Step::Store(new, true),
+            Some(new) => Step::Store(true, new),
             None => Step::Keep(false),
         }
     }

@@ -85,7 +85,7 @@ pub(crate) mod engine {
         #[inline]
         fn decision_of(&self, seen: Seen, n: u32) -> Decision {
             match self.step(seen.now, n, seen.fresh)(seen.word) {
-                Step::Store(_, d) | Step::Keep(d) => {
+                Step::Store(d, _) | Step::Keep(d) => {
                     settle(d.decide(self.algorithm(), seen.now, self.clock().resolution()))
                 }
             }
@@ -112,7 +112,7 @@ pub(crate) mod engine {
     ) -> Seen {
         let step = limiter.step(now, n, fresh);
         let word = state.0.update(|w| match step(w) {
-            Step::Store(new, _) => Step::Store(new, Ok(w)),
+            Step::Store(_, new) => Step::Store(Ok(w), new),
             Step::Keep(d) if d.is_recheck() => Step::Keep(Err(w)),
             Step::Keep(_) => Step::Keep(Ok(w)),
         });
@@ -136,7 +136,7 @@ pub(crate) mod engine {
         let now = limiter.fresh_reading();
         let step = limiter.step(now, n, true);
         let word = state.0.update(|w| match step(w) {
-            Step::Store(new, _) => Step::Store(new, w),
+            Step::Store(_, new) => Step::Store(w, new),
             Step::Keep(_) => Step::Keep(w),
         });
         // A fresh reading is always decided on; were it not, the decision worked out from this

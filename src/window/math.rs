@@ -189,7 +189,7 @@ impl WindowOutcome {
             },
         );
         match self.word {
-            Some(new) => Step::Store(new, d),
+            Some(new) => Step::Store(d, new),
             None => Step::Keep(d),
         }
     }
