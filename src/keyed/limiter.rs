@@ -72,12 +72,13 @@ pub(crate) mod engine {
 
         #[inline]
         fn take_state(&self, state: &KeyState, n: u32) -> Seen {
-            let seen = take_at(self, state, self.reading(), n, false);
-            if !is_coarse(self.clock()) || self.decision_of(seen, n).is_allowed() {
+            let coarse = is_coarse(self.clock());
+            let (seen, finished) = take_at(self, state, self.reading(), n, false, coarse);
+            if finished {
                 return seen;
             }
             // A denial on a coarse reading: decided again on a fresh one, as `check_state`.
-            take_at(self, state, self.fresh_reading(), n, true)
+            take_at(self, state, self.fresh_reading(), n, true, false).0
         }
 
         /// The step is a pure function of the word and the reading: run again on the word the
@@ -101,7 +102,8 @@ pub(crate) mod engine {
     }
 
     /// [`KeyedEngine::take_state`] at a given reading: the step's CAS loop and outcome are exactly
-    /// `check_state`'s, answering with the word decided on instead of the decision.
+    /// `check_state`'s, answering with the word decided on instead of the decision, and whether
+    /// that decision is final (not a denial on a `coarse` clock, which is decided again).
     #[inline(always)]
     fn take_at<A: Continuous, C: Clock>(
         limiter: &Limiter<A, C>,
@@ -109,18 +111,21 @@ pub(crate) mod engine {
         now: u64,
         n: u32,
         fresh: bool,
-    ) -> Seen {
+        coarse: bool,
+    ) -> (Seen, bool) {
         let step = limiter.step(now, n, fresh);
         let word = state.0.update(|w| match step(w) {
-            Step::Store(_, new) => Step::Store(Ok(w), new),
+            Step::Store(_, new) => Step::Store(Ok((w, true)), new),
             Step::Keep(d) if d.is_recheck() => Step::Keep(Err(w)),
-            Step::Keep(_) => Step::Keep(Ok(w)),
+            Step::Keep(d) => Step::Keep(Ok((w, d.is_final(coarse)))),
         });
         match word {
-            Ok(word) => Seen { now, word, fresh },
+            Ok((word, finished)) => (Seen { now, word, fresh }, finished),
             // Only an answer that may ask for a fresh reading gets here.
-            Err(_) if <A::Answer as Answer<A>>::MAY_RECHECK => take_fresh(limiter, state, n),
-            Err(word) => Seen { now, word, fresh },
+            Err(_) if <A::Answer as Answer<A>>::MAY_RECHECK => {
+                (take_fresh(limiter, state, n), true)
+            }
+            Err(word) => (Seen { now, word, fresh }, true),
         }
     }
 
