@@ -82,8 +82,13 @@ pub struct GcraAnswer {
 
 impl Answer<GcraAlgorithm> for GcraAnswer {
     #[inline(always)]
-    fn decide(self, algorithm: &GcraAlgorithm, now: u64, resolution: u64) -> Option<Decision> {
-        Some(self.into_final(algorithm, now, resolution))
+    fn decide(self, algorithm: &GcraAlgorithm, _now: u64, resolution: u64) -> Option<Decision> {
+        let allowed = self.wait == 0;
+        Some(
+            algorithm
+                .0
+                .decision(allowed, self.after, self.wait, resolution),
+        )
     }
 
     #[inline(always)]
@@ -94,13 +99,6 @@ impl Answer<GcraAlgorithm> for GcraAnswer {
     #[inline(always)]
     fn is_final(&self, coarse: bool) -> bool {
         self.wait == 0 || !coarse
-    }
-
-    #[inline(always)]
-    fn into_final(self, algorithm: &GcraAlgorithm, _now: u64, resolution: u64) -> Decision {
-        algorithm
-            .0
-            .decision(self.wait == 0, self.after, self.wait, resolution)
     }
 }
 

@@ -6,7 +6,6 @@ use crate::decision::Decision;
 use crate::limiter::Limiter;
 use crate::limiter::algorithm::engine::{Answer, Engine, Total};
 use crate::limiter::algorithm::{Algorithm, Continuous};
-use crate::limiter::settle;
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
 
@@ -137,11 +136,6 @@ impl Answer<TokenBucketAlgorithm> for BucketAnswer {
     #[inline(always)]
     fn is_final(&self, coarse: bool) -> bool {
         self.need == 0 || (!coarse && !self.is_recheck())
-    }
-
-    #[inline(always)]
-    fn into_final(self, bucket: &TokenBucketAlgorithm, now: u64, resolution: u64) -> Decision {
-        settle(self.decide(bucket, now, resolution))
     }
 }
 

@@ -80,7 +80,10 @@ pub(crate) mod engine {
         fn is_final(&self, coarse: bool) -> bool;
 
         /// The decision of an answer that [`Answer::is_final`].
-        fn into_final(self, algorithm: &A, now: u64, resolution: u64) -> Decision;
+        #[inline(always)]
+        fn into_final(self, algorithm: &A, now: u64, resolution: u64) -> Decision {
+            crate::limiter::settle(self.decide(algorithm, now, resolution))
+        }
     }
 
     impl<A> Answer<A> for Decision {
@@ -97,11 +100,6 @@ pub(crate) mod engine {
         #[inline(always)]
         fn is_final(&self, coarse: bool) -> bool {
             self.is_allowed() || !coarse
-        }
-
-        #[inline(always)]
-        fn into_final(self, _: &A, _: u64, _: u64) -> Decision {
-            self
         }
     }
 
