@@ -2,7 +2,7 @@ pub(crate) mod math;
 pub(crate) mod reservation;
 pub(crate) mod throttle;
 
-use self::math::{GcraParams, Outcome};
+use self::math::{GcraParams, Metered};
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
@@ -70,25 +70,10 @@ impl Total for GcraAlgorithm {
     }
 }
 
-/// What GCRA's step carries out of the CAS loop: two words, in registers; the decision is built
-/// from them and the parameters once the loop is done.
-#[derive(Debug, Clone, Copy)]
-pub struct GcraAnswer {
-    /// Units of debt after the decision.
-    after: u64,
-    /// Units until the request would pass: 0 when allowed (a refusal always waits at least 1).
-    wait: u64,
-}
-
-impl Answer<GcraAlgorithm> for GcraAnswer {
+impl Answer<GcraAlgorithm> for Metered {
     #[inline(always)]
     fn decide(self, algorithm: &GcraAlgorithm, _now: u64, resolution: u64) -> Option<Decision> {
-        let allowed = self.wait == 0;
-        Some(
-            algorithm
-                .0
-                .decision(allowed, self.after, self.wait, resolution),
-        )
+        Some(self.decision(&algorithm.0, resolution))
     }
 
     #[inline(always)]
@@ -98,12 +83,12 @@ impl Answer<GcraAlgorithm> for GcraAnswer {
 
     #[inline(always)]
     fn is_final(&self, coarse: bool) -> bool {
-        self.wait == 0 || !coarse
+        self.is_allowed() || !coarse
     }
 }
 
 impl Engine for GcraAlgorithm {
-    type Answer = GcraAnswer;
+    type Answer = Metered;
 
     fn from_quota(quota: &Quota, _now_ns: u64) -> Result<GcraAlgorithm, QuotaError> {
         Ok(GcraAlgorithm::continuous(quota))
@@ -135,12 +120,8 @@ impl Engine for GcraAlgorithm {
         n: u32,
         _reading: Reading,
         _resolution: u64,
-    ) -> Step<GcraAnswer> {
-        match math::decide(tat, now, n, &self.0) {
-            Outcome::Deny { after, wait } => Step::Keep(GcraAnswer { after, wait }),
-            Outcome::Allow { after, .. } if n == 0 => Step::Keep(GcraAnswer { after, wait: 0 }),
-            Outcome::Allow { tat, after } => Step::Store(GcraAnswer { after, wait: 0 }, tat),
-        }
+    ) -> Step<Metered> {
+        math::meter(tat, now, n, &self.0)
     }
 }
 

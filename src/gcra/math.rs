@@ -146,6 +146,30 @@ pub(crate) const fn decide(tat: u64, now: u64, n: u32, p: &GcraParams) -> Outcom
     }
 }
 
+/// What the meter (GCRA's check) carries out of the CAS loop: two words, in registers; the decision
+/// is built from them and the parameters once the loop is done ([`Metered::decision`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Metered {
+    /// Units of debt after the decision.
+    pub(crate) after: u64,
+    /// Units until the request would pass: 0 when allowed (a refusal always waits at least 1).
+    pub(crate) wait: u64,
+}
+
+impl Metered {
+    /// Whether the request passed.
+    #[inline(always)]
+    pub(crate) const fn is_allowed(&self) -> bool {
+        self.wait == 0
+    }
+
+    /// The decision, with waits rounded up to `resolution`.
+    #[inline(always)]
+    pub(crate) fn decision(self, p: &GcraParams, resolution: u64) -> crate::Decision {
+        p.decision(self.is_allowed(), self.after, self.wait, resolution)
+    }
+}
+
 /// The meter (GCRA's check) as a `StateCell` step: a denial or a peek keeps the word, an admission
 /// stores the new TAT.
 #[inline]
@@ -154,15 +178,12 @@ pub(crate) fn meter(
     now: u64,
     n: u32,
     p: &GcraParams,
-    resolution: u64,
-) -> crate::state_cell::Step<crate::Decision> {
+) -> crate::state_cell::Step<Metered> {
     use crate::state_cell::Step;
     match decide(tat, now, n, p) {
-        Outcome::Deny { after, wait } => Step::Keep(p.decision(false, after, wait, resolution)),
-        Outcome::Allow { after, .. } if n == 0 => {
-            Step::Keep(p.decision(true, after, 0, resolution))
-        }
-        Outcome::Allow { tat, after } => Step::Store(p.decision(true, after, 0, resolution), tat),
+        Outcome::Deny { after, wait } => Step::Keep(Metered { after, wait }),
+        Outcome::Allow { after, .. } if n == 0 => Step::Keep(Metered { after, wait: 0 }),
+        Outcome::Allow { tat, after } => Step::Store(Metered { after, wait: 0 }, tat),
     }
 }
 

@@ -160,18 +160,17 @@ impl<C: Clock> Throttle<C> {
 
     /// GCRA's check on the throttle's state, for `n <= burst`: passes only if the slot is free now.
     fn meter(&self, n: u32) -> Decision {
-        let d = self.meter_at(self.params.units(self.clock.now()), n);
-        if d.is_allowed() || !is_coarse(&self.clock) {
-            return d;
+        let mut metered = self.meter_at(self.params.units(self.clock.now()), n);
+        if !metered.is_allowed() && is_coarse(&self.clock) {
+            // A denial on a coarse reading: decided again on a fresh one.
+            metered = self.meter_at(self.params.units(self.clock.now_fresh()), n);
         }
-        // A denial on a coarse reading: decided again on a fresh one.
-        self.meter_at(self.params.units(self.clock.now_fresh()), n)
+        metered.decision(&self.params, self.clock.resolution())
     }
 
-    fn meter_at(&self, now: u64, n: u32) -> Decision {
-        let resolution = self.clock.resolution();
+    fn meter_at(&self, now: u64, n: u32) -> math::Metered {
         self.tat
-            .update(|tat| math::meter(tat, now, n, &self.params, resolution))
+            .update(|tat| math::meter(tat, now, n, &self.params))
     }
 
     /// The quota it paces to.
