@@ -5,5 +5,7 @@ for c in clippy rustfmt; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done
 cargo clippy --workspace --all-targets -- -D warnings
+# The `redis` feature's code, tests, example and benchmark.
+cargo clippy --all-targets --features redis -- -D warnings
 cargo fmt --all --check
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter --features redis

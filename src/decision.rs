@@ -41,6 +41,33 @@ pub struct Decision {
     allowed: bool,
     /// GCRA's scale, or the bucket's tick shift.
     small: u8,
+    /// Which path decided: the decision's last spare byte.
+    by: DecidedBy,
+}
+
+/// Which path made a decision: this process's own limiter, or, for the distributed limiters, the
+/// shared store, a local lease, or a failure policy while the store could not be reached.
+///
+/// Every limiter of the core answers [`DecidedBy::Local`]; the others come from the `redis`
+/// feature's limiters, and a service may count them (how many requests were let through blind
+/// while Redis was down, say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum DecidedBy {
+    /// A limiter in this process, on its own state.
+    #[default]
+    Local,
+    /// The shared store answered this very request (one round trip).
+    Store,
+    /// Tokens leased earlier from the shared store, spent locally without a round trip.
+    Lease,
+    /// The store could not answer in time and the policy admits: fail open.
+    FailOpen,
+    /// The store could not answer in time and the policy refuses: fail closed.
+    FailClosed,
+    /// The store could not answer in time and a local limiter with this node's share of the
+    /// quota decided: fail local.
+    FailLocal,
 }
 
 /// Which [`Detail`] a decision holds.
@@ -150,7 +177,22 @@ impl Decision {
             kind,
             allowed,
             small,
+            by: DecidedBy::Local,
         }
+    }
+
+    /// The same decision, marked as made by `by`.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[inline]
+    pub(crate) const fn decided_by_(mut self, by: DecidedBy) -> Decision {
+        self.by = by;
+        self
+    }
+
+    /// Which path made this decision ([`DecidedBy::Local`] for every limiter of the core).
+    #[inline]
+    pub const fn decided_by(&self) -> DecidedBy {
+        self.by
     }
 
     /// The figures, unpacked.
@@ -323,6 +365,9 @@ impl core::fmt::Debug for Decision {
         if self.is_table_full() {
             s.field("table_full", &true);
         }
+        if self.by != DecidedBy::Local {
+            s.field("decided_by", &self.by);
+        }
         s.field("remaining", &self.remaining())
             .field("limit", &self.limit())
             .field("retry_after", &self.retry_after())
@@ -433,6 +478,8 @@ mod tests {
                 assert_eq!(d.detail(), detail);
                 assert_eq!(d.is_allowed(), allowed);
                 assert_eq!(d.resolution, 1_000_000);
+                assert_eq!(d.decided_by(), DecidedBy::Local);
+                assert_eq!(d.decided_by_(DecidedBy::FailLocal).detail(), detail);
                 assert_eq!(
                     d.is_table_full(),
                     matches!(detail, Detail::TableFull { .. })

@@ -73,6 +73,8 @@ pub mod keyed;
 mod limiter;
 mod quota;
 mod rate_limiter;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "std")]
 mod sharded;
 mod state_cell;
@@ -86,7 +88,7 @@ pub use clock::StdClock;
 pub use clock::{Clock, ManualClock};
 #[cfg(feature = "quanta")]
 pub use clock::{CoarseClock, DefaultClock, QuantaClock};
-pub use decision::Decision;
+pub use decision::{DecidedBy, Decision};
 pub use gcra::Gcra;
 pub use gcra::reservation::{Reservation, ReservationGuard};
 pub use gcra::throttle::{Throttle, ThrottleError};

@@ -130,7 +130,7 @@ where
 }
 
 /// A cheap shared pseudo-random sequence for jitter (not for anything that needs secrecy).
-fn next_random() -> u64 {
+pub(crate) fn next_random() -> u64 {
     static STATE: StaticAtomicU64 = StaticAtomicU64::new(0x9E37_79B9_7F4A_7C15);
     // Relaxed: only the value matters; each caller gets a distinct step of the sequence.
     let x = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);

@@ -1,0 +1,256 @@
+//! One quota across many nodes, held in Redis (or Valkey): [`RedisGcra`] decides each request by
+//! one atomic script on the server's clock; [`Leased`] spends tokens leased from it in batches, so
+//! that its hot path stays local and lock-free. Behind the `redis` feature (Rust 1.88, tokio).
+//!
+//! # The pieces
+//!
+//! * [`RedisStore`]: the connection, to one server ([`RedisStore::connect`], a multiplexed
+//!   `ConnectionManager`) or to a cluster ([`RedisStore::connect_cluster`]). TCP_NODELAY, the
+//!   connection timeout and the response timeout are set explicitly, and no call is retried by the
+//!   client: a consuming script sent twice would charge twice. The one exception is `NOSCRIPT` (the
+//!   script cache was flushed, the server restarted or failed over), which proves the script did
+//!   not run: it is loaded again and sent once more, transparently.
+//! * [`RedisGcra`]: GCRA on the server. One key per subject and limit holds the theoretical arrival
+//!   time; the script reads `TIME`, decides, writes with a `PX` expiry at the instant the subject
+//!   is full again (idle subjects vanish by themselves), and answers the same figures as the local
+//!   [`Gcra`](crate::Gcra). Several limits (per second and per minute) are checked in one call,
+//!   all or nothing; their keys share a `{hash tag}`, so they live in one slot of a cluster.
+//! * [`Leased`]: a local lease of tokens, granted *up to* a size by the same script, refilled in
+//!   the background below a low-water mark, expiring after a TTL `E`. Over any window `W`, all
+//!   nodes together admit at most `burst + rate × (W + E)`.
+//! * [`RedisOptions`]: each call's deadline, the circuit breaker, and the [`FailurePolicy`] that
+//!   decides while the store cannot answer. [`Decision::decided_by`](crate::Decision::decided_by)
+//!   tells which path decided.
+//!
+//! `docs/design.md` has the distributed design, and the argument for the bound.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use atomic_limiter::Quota;
+//! use atomic_limiter::redis::{RedisGcra, RedisOptions, RedisStore};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let options = RedisOptions::default();
+//! let store = RedisStore::connect("redis://127.0.0.1:6379/", &options).await?;
+//! // 10 per second and 300 per minute, for each subject, checked together.
+//! let limiter = RedisGcra::with_limits(
+//!     store,
+//!     "api",
+//!     [("second", Quota::per_second(10)), ("minute", Quota::per_minute(300))],
+//!     options,
+//! )?;
+//! let decision = limiter.check("client-42").await;
+//! if decision.is_denied() {
+//!     // 429, Retry-After: decision.retry_after_secs()
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use core::fmt;
+use core::time::Duration;
+
+use crate::decision::{DecidedBy, Decision};
+use crate::quota::Quota;
+
+mod breaker;
+mod lease;
+mod leased;
+mod remote;
+mod script;
+mod store;
+
+pub use leased::{LeaseOptions, Leased};
+pub use remote::RedisGcra;
+pub use store::RedisStore;
+
+/// What a limiter does while the store cannot answer within its deadline (or its circuit breaker
+/// is open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Admit every request ([`DecidedBy::FailOpen`]): availability over the quota.
+    Open,
+    /// Refuse every request ([`DecidedBy::FailClosed`]), with a retry-after of the breaker's
+    /// cooldown: the quota over availability. The default.
+    Closed,
+    /// Decide locally on this node's share of the quota ([`DecidedBy::FailLocal`]): a [`Leased`]
+    /// first spends what is left of its lease. With `N` nodes each given `1/N` of the quota, the
+    /// total stays within the quota while the store is gone.
+    Local {
+        /// This node's share, per subject.
+        share: Quota,
+    },
+}
+
+/// How a limiter talks to the store and what it does when the store is slow or gone.
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    deadline: Duration,
+    connect_timeout: Duration,
+    failures_to_open: u32,
+    cooldown: Duration,
+    policy: FailurePolicy,
+    max_local_keys: usize,
+}
+
+impl Default for RedisOptions {
+    /// A 5 ms deadline per call, a 250 ms connection timeout, a breaker that opens after 3
+    /// consecutive failures for 250 ms (±50 %), and [`FailurePolicy::Closed`].
+    fn default() -> RedisOptions {
+        RedisOptions {
+            deadline: Duration::from_millis(5),
+            connect_timeout: Duration::from_millis(250),
+            failures_to_open: 3,
+            cooldown: Duration::from_millis(250),
+            policy: FailurePolicy::Closed,
+            max_local_keys: 100_000,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The most one call to the store may take, round trip included (also set as the client's
+    /// response timeout). A call past it counts as a failure and the policy decides.
+    pub fn with_deadline(mut self, deadline: Duration) -> RedisOptions {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The most a (re)connection may take.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> RedisOptions {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Open the circuit after this many consecutive failures (at least 1), for `cooldown` (±50 %
+    /// jitter); then one probe call decides whether it closes.
+    pub fn with_breaker(mut self, failures_to_open: u32, cooldown: Duration) -> RedisOptions {
+        self.failures_to_open = failures_to_open;
+        self.cooldown = cooldown;
+        self
+    }
+
+    /// What to do while the store cannot answer.
+    pub fn with_policy(mut self, policy: FailurePolicy) -> RedisOptions {
+        self.policy = policy;
+        self
+    }
+
+    /// Under [`FailurePolicy::Local`], the most subjects [`RedisGcra`] tracks locally at once.
+    pub fn with_max_local_keys(mut self, max_keys: usize) -> RedisOptions {
+        self.max_local_keys = max_keys;
+        self
+    }
+
+    /// The deadline of each call.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// The failure policy.
+    pub fn policy(&self) -> FailurePolicy {
+        self.policy
+    }
+
+    pub(crate) fn cooldown_ns(&self) -> u64 {
+        u64::try_from(self.cooldown.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Why the store gave no decision.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// No answer within the deadline.
+    Timeout(Duration),
+    /// The circuit breaker is open: no call was made. It half-opens after `retry_after`.
+    CircuitOpen {
+        /// Until the breaker lets a probe through.
+        retry_after: Duration,
+    },
+    /// The client or the server reported an error.
+    Redis(::redis::RedisError),
+    /// The server's reply was not the script's (another script under the same key names?).
+    BadReply,
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Timeout(d) => write!(f, "the store did not answer within {d:?}"),
+            StoreError::CircuitOpen { retry_after } => {
+                write!(
+                    f,
+                    "circuit open: the store is not called for {retry_after:?}"
+                )
+            }
+            StoreError::Redis(e) => write!(f, "redis: {e}"),
+            StoreError::BadReply => f.write_str("the store's reply is not the limiter script's"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<::redis::RedisError> for StoreError {
+    fn from(e: ::redis::RedisError) -> StoreError {
+        StoreError::Redis(e)
+    }
+}
+
+/// Why a distributed limiter cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RedisConfigError {
+    /// No limit was given.
+    NoLimits,
+    /// This limit's window (a full burst's worth of time) is longer than the script keeps exact
+    /// (2^50 µs, about 35 years).
+    WindowTooLong {
+        /// The limit's name.
+        limit: String,
+    },
+}
+
+impl fmt::Display for RedisConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisConfigError::NoLimits => f.write_str("a distributed limiter needs a limit"),
+            RedisConfigError::WindowTooLong { limit } => write!(
+                f,
+                "limit `{limit}`: a full burst spans more than 2^50 microseconds"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RedisConfigError {}
+
+/// The decision a blind policy gives (open or closed); `None` for [`FailurePolicy::Local`], whose
+/// decision comes from a local limiter.
+fn blind_decision(policy: FailurePolicy, limit: u32, retry_ns: u64) -> Option<Decision> {
+    let (allowed, by) = match policy {
+        FailurePolicy::Open => (true, DecidedBy::FailOpen),
+        FailurePolicy::Closed => (false, DecidedBy::FailClosed),
+        FailurePolicy::Local { .. } => return None,
+    };
+    // Nothing is known of the remainder: 0, so that no client bursts on the strength of it.
+    let retry_us = if allowed {
+        0
+    } else {
+        retry_ns.div_ceil(1000).max(1)
+    };
+    Some(script::decision(allowed, 0, retry_us, 0, limit, by))
+}
+
+#[cfg(test)]
+mod tests;

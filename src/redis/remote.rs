@@ -1,0 +1,301 @@
+//! [`RedisGcra`]: GCRA decided by one atomic script on the server's clock.
+
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::time::Duration;
+
+use super::breaker::{Breaker, Permit, ProbeGuard};
+use super::script::{Mode, Reply, ScriptQuota};
+use super::store::RedisStore;
+use super::{FailurePolicy, RedisConfigError, RedisOptions, StoreError, blind_decision, script};
+use crate::clock::{Clock, DefaultClock};
+use crate::decision::{DecidedBy, Decision};
+use crate::gcra::Gcra;
+use crate::keyed::Keyed;
+use crate::quota::Quota;
+use crate::rate_limiter::InsufficientCapacity;
+
+/// A GCRA limiter shared by every node that uses the same store and prefix: each decision is one
+/// atomic script on the server, on the server's clock, so nodes' clocks never matter.
+///
+/// Cheap to clone (the clones share one limiter). Every call is bounded by the deadline of its
+/// [`RedisOptions`]; past it, or while the circuit breaker is open, the [`FailurePolicy`] decides.
+///
+/// A subject's keys are `<prefix>:{=<subject>}:<limit>`: the braces make the part between them
+/// the cluster hash tag, so every limit of one subject sits in one slot (the `=` keeps the tag
+/// non-empty for an empty subject). The prefix should not contain braces.
+#[derive(Clone, Debug)]
+pub struct RedisGcra {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: RedisStore,
+    script: redis::Script,
+    prefix: String,
+    limits: Vec<Limit>,
+    options: RedisOptions,
+    breaker: Breaker,
+    clock: DefaultClock,
+    /// [`FailurePolicy::Local`]'s limiters, one per subject, made on the first failure.
+    local: Option<Keyed<String, Gcra>>,
+}
+
+#[derive(Debug)]
+struct Limit {
+    name: String,
+    quota: Quota,
+    script: ScriptQuota,
+}
+
+/// What the grant-up-to mode gives.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    pub(crate) granted: u32,
+    pub(crate) remaining: u32,
+    pub(crate) retry_ns: u64,
+    pub(crate) reset_ns: u64,
+}
+
+impl RedisGcra {
+    /// One limit, `quota`, for every subject, under `prefix`, with the default options.
+    pub fn new(
+        store: RedisStore,
+        prefix: &str,
+        quota: Quota,
+    ) -> Result<RedisGcra, RedisConfigError> {
+        RedisGcra::with_limits(store, prefix, [("q", quota)], RedisOptions::default())
+    }
+
+    /// Several limits for every subject, checked together in one call: a request passes only if
+    /// every limit has room, and is charged to all of them.
+    pub fn with_limits<'a>(
+        store: RedisStore,
+        prefix: &str,
+        limits: impl IntoIterator<Item = (&'a str, Quota)>,
+        options: RedisOptions,
+    ) -> Result<RedisGcra, RedisConfigError> {
+        let limits = limits
+            .into_iter()
+            .map(|(name, quota)| {
+                ScriptQuota::new(&quota)
+                    .map(|script| Limit {
+                        name: name.into(),
+                        quota,
+                        script,
+                    })
+                    .ok_or_else(|| RedisConfigError::WindowTooLong { limit: name.into() })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if limits.is_empty() {
+            return Err(RedisConfigError::NoLimits);
+        }
+        let local = match options.policy {
+            FailurePolicy::Local { share } => {
+                Some(Keyed::new(share, options.max_local_keys, Gcra::new))
+            }
+            _ => None,
+        };
+        Ok(RedisGcra {
+            inner: Arc::new(Inner {
+                store,
+                script: redis::Script::new(script::SOURCE),
+                prefix: prefix.into(),
+                breaker: Breaker::new(options.failures_to_open, options.cooldown_ns()),
+                limits,
+                options,
+                clock: DefaultClock::default(),
+                local,
+            }),
+        })
+    }
+
+    /// Checks one request for `subject`.
+    pub async fn check(&self, subject: &str) -> Decision {
+        // The smallest burst is at least 1: one token always fits.
+        self.check_n(subject, 1).await.unwrap_or_else(|e| {
+            // Unreachable (bursts are at least 1), but a refusal is the safe answer.
+            script::decision(false, 0, 0, 0, e.burst, DecidedBy::Local)
+        })
+    }
+
+    /// Checks a request for `n` tokens for `subject`, all or nothing; `n = 0` peeks and writes
+    /// nothing. More than a limit's burst is an error, answered without a round trip.
+    pub async fn check_n(&self, subject: &str, n: u32) -> Result<Decision, InsufficientCapacity> {
+        for l in &self.inner.limits {
+            InsufficientCapacity::check(n, l.quota.burst())?;
+        }
+        match self.call(subject, n, Mode::AllOrNothing).await {
+            Ok(reply) => self.decided(reply, n),
+            Err(e) => Ok(self.on_failure(subject, n, &e)),
+        }
+    }
+
+    /// Like [`RedisGcra::check_n`], without the failure policy: the store's decision, or why
+    /// there is none.
+    pub async fn try_check_n(&self, subject: &str, n: u32) -> Result<Decision, StoreError> {
+        let reply = self.call(subject, n, Mode::AllOrNothing).await?;
+        self.decided(reply, n).map_err(|_| StoreError::BadReply)
+    }
+
+    /// The key that holds `subject`'s state for the limit named `limit`.
+    pub fn key(&self, subject: &str, limit: &str) -> String {
+        let mut key =
+            String::with_capacity(self.inner.prefix.len() + subject.len() + limit.len() + 5);
+        key.push_str(&self.inner.prefix);
+        key.push_str(":{=");
+        key.push_str(subject);
+        key.push_str("}:");
+        key.push_str(limit);
+        key
+    }
+
+    /// The options this limiter runs with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.inner.options
+    }
+
+    /// The smallest burst of the limits: the most one request may take.
+    pub(crate) fn burst(&self) -> u32 {
+        self.inner
+            .limits
+            .iter()
+            .map(|l| l.quota.burst())
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The longest period of the limits, in ns: the time one token takes to return.
+    pub(crate) fn period_ns(&self) -> u64 {
+        self.inner
+            .limits
+            .iter()
+            .map(|l| u64::try_from(l.quota.period().as_nanos()).unwrap_or(u64::MAX))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Takes up to `n` tokens for `subject` (the lease's refill).
+    pub(crate) async fn grant(&self, subject: &str, n: u32) -> Result<Grant, StoreError> {
+        match self.call(subject, n, Mode::UpTo).await? {
+            Reply::Decided {
+                granted,
+                remaining,
+                retry_us,
+                reset_us,
+                ..
+            } => Ok(Grant {
+                granted: granted.min(n),
+                remaining,
+                retry_ns: retry_us.saturating_mul(1000),
+                reset_ns: reset_us.saturating_mul(1000),
+            }),
+            Reply::OverBurst { .. } => Err(StoreError::BadReply),
+        }
+    }
+
+    /// The decision of a blind policy, or of this node's share, for a request the store could not
+    /// decide.
+    fn on_failure(&self, subject: &str, n: u32, e: &StoreError) -> Decision {
+        let retry_ns = self.failure_retry_ns(e);
+        let limit = self.burst();
+        if let Some(d) = blind_decision(self.inner.options.policy, limit, retry_ns) {
+            return d;
+        }
+        match &self.inner.local {
+            Some(local) => match local.check_key_n(subject, n) {
+                Ok(d) => d.decided_by_(DecidedBy::FailLocal),
+                Err(_) => script::decision(
+                    false,
+                    0,
+                    retry_ns.div_ceil(1000),
+                    0,
+                    limit,
+                    DecidedBy::FailLocal,
+                ),
+            },
+            None => script::decision(
+                false,
+                0,
+                retry_ns.div_ceil(1000),
+                0,
+                limit,
+                DecidedBy::FailClosed,
+            ),
+        }
+    }
+
+    /// When a refused client may try again after a failure: when the breaker lets a call
+    /// through, or one cooldown.
+    pub(crate) fn failure_retry_ns(&self, e: &StoreError) -> u64 {
+        match e {
+            StoreError::CircuitOpen { retry_after } => {
+                u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX)
+            }
+            _ => self.inner.options.cooldown_ns(),
+        }
+    }
+
+    /// The failure policy's local decision for a lease's node, on its own share limiter.
+    pub(crate) fn policy(&self) -> FailurePolicy {
+        self.inner.options.policy
+    }
+
+    fn decided(&self, reply: Reply, n: u32) -> Result<Decision, InsufficientCapacity> {
+        match reply {
+            Reply::Decided {
+                allowed,
+                remaining,
+                retry_us,
+                reset_us,
+                binding,
+                ..
+            } => Ok(script::decision(
+                allowed,
+                remaining,
+                retry_us,
+                reset_us,
+                self.inner.limits[binding].quota.burst(),
+                DecidedBy::Store,
+            )),
+            Reply::OverBurst { limit } => Err(InsufficientCapacity {
+                requested: n,
+                burst: self.inner.limits[limit].quota.burst(),
+            }),
+        }
+    }
+
+    /// One call to the store, through the breaker, within the deadline.
+    async fn call(&self, subject: &str, n: u32, mode: Mode) -> Result<Reply, StoreError> {
+        let inner = &*self.inner;
+        let start = inner.clock.now();
+        let permit = inner.breaker.admit(start);
+        if let Permit::Refuse { wait_ns } = permit {
+            return Err(StoreError::CircuitOpen {
+                retry_after: Duration::from_nanos(wait_ns),
+            });
+        }
+        // Reports a probe cancelled mid-call as a failure.
+        let guard = ProbeGuard::new(&inner.breaker, permit, start);
+        let mut call = inner.script.prepare_invoke();
+        for l in &inner.limits {
+            call.key(self.key(subject, &l.name));
+        }
+        call.arg(mode as u8).arg(n);
+        for l in &inner.limits {
+            for a in l.script.args() {
+                call.arg(a);
+            }
+        }
+        let answer = tokio::time::timeout(inner.options.deadline, inner.store.invoke(&call)).await;
+        let result = match answer {
+            Ok(Ok(values)) => Reply::parse(&values, inner.limits.len()).ok_or(StoreError::BadReply),
+            Ok(Err(e)) => Err(StoreError::Redis(e)),
+            Err(_) => Err(StoreError::Timeout(inner.options.deadline)),
+        };
+        guard.settle(result.is_ok(), inner.clock.now());
+        result
+    }
+}

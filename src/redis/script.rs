@@ -1,0 +1,202 @@
+//! The GCRA script's arguments and reply, in the integers the script keeps exact.
+//!
+//! The script (`gcra.lua`, beside this file) works in whole microseconds since the Unix epoch plus
+//! a remainder in `1 / denom` µs, where `denom = 1000 × scale` and `token / scale` ns is the
+//! quota's period in lowest terms: one token is then exactly `token` remainder units, the very
+//! units the local [`Gcra`](crate::Gcra) keeps time in, so the two decide alike at microsecond
+//! readings.
+
+use crate::decision::{DecidedBy, Decision, Detail};
+use crate::quota::Quota;
+
+/// The script's source, as the server runs it.
+pub(crate) const SOURCE: &str = include_str!("gcra.lua");
+
+/// The one line of the script that reads the server's clock.
+#[cfg(test)]
+const NOW_LINE: &str = "local now = server_now()";
+
+/// The script with `now` taken from its last argument instead of `TIME`, so that a test can drive
+/// the server-side decision from a manual clock.
+#[cfg(test)]
+pub(crate) fn source_with_now_from_args() -> String {
+    SOURCE.replace(NOW_LINE, "local now = tonumber(ARGV[#ARGV])")
+}
+
+/// The largest window (a full burst's worth of time) the script accepts, in µs: keeps the TAT,
+/// now plus a window, below 2^53 until long after 2200.
+pub(crate) const MAX_WINDOW_US: u64 = 1 << 50;
+
+/// What the script decides in: all `n` tokens or none, or up to `n`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    AllOrNothing = 0,
+    UpTo = 1,
+}
+
+/// One limit's quota as the script's arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ScriptQuota {
+    token_us: u64,
+    token_rem: u64,
+    denom: u64,
+    pub(crate) burst: u32,
+}
+
+impl ScriptQuota {
+    /// The script's form of `quota`, or `None` when its window is longer than
+    /// [`MAX_WINDOW_US`].
+    pub(crate) fn new(quota: &Quota) -> Option<ScriptQuota> {
+        let (token, scale) = quota.period_fraction();
+        // scale <= 128: no overflow.
+        let denom = 1000 * scale;
+        let window_us = (quota.window_units() / denom) as u128;
+        if window_us > u128::from(MAX_WINDOW_US) {
+            return None;
+        }
+        Some(ScriptQuota {
+            token_us: token / denom,
+            token_rem: token % denom,
+            denom,
+            burst: quota.burst(),
+        })
+    }
+
+    /// The four arguments the script reads for this limit.
+    pub(crate) fn args(&self) -> [u64; 4] {
+        [
+            self.token_us,
+            self.token_rem,
+            self.denom,
+            u64::from(self.burst),
+        ]
+    }
+}
+
+/// The script's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// A decision: `granted` tokens taken (0 when refused or a peek), with the figures of the
+    /// limit that binds (the one with the fewest tokens left).
+    Decided {
+        allowed: bool,
+        granted: u32,
+        remaining: u32,
+        retry_us: u64,
+        reset_us: u64,
+        /// Index of the binding limit.
+        binding: usize,
+    },
+    /// `n` exceeds the burst of the limit at this index.
+    OverBurst { limit: usize },
+}
+
+impl Reply {
+    /// Reads the script's six integers; `None` for anything else (a reply from another script
+    /// under the same name, or a server that mangled it).
+    pub(crate) fn parse(values: &[i64], limits: usize) -> Option<Reply> {
+        let &[status, granted, remaining, retry, reset, index] = values else {
+            return None;
+        };
+        let index = usize::try_from(index).ok()?.checked_sub(1)?;
+        if index >= limits {
+            return None;
+        }
+        match status {
+            2 => Some(Reply::OverBurst { limit: index }),
+            0 | 1 => Some(Reply::Decided {
+                allowed: status == 1,
+                granted: u32::try_from(granted).ok()?,
+                remaining: u32::try_from(remaining).ok()?,
+                retry_us: u64::try_from(retry).ok()?,
+                reset_us: u64::try_from(reset).ok()?,
+                binding: index,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A decision from the script's figures. They are whole microseconds already rounded up on the
+/// server's clock, whose readings trail real time by under a microsecond, so waiting them is
+/// enough as they are (resolution 1: no further rounding).
+pub(crate) fn decision(
+    allowed: bool,
+    remaining: u32,
+    retry_us: u64,
+    reset_us: u64,
+    limit: u32,
+    by: DecidedBy,
+) -> Decision {
+    Decision::new(
+        allowed,
+        1,
+        Detail::Eager {
+            retry_ns: retry_us.saturating_mul(1000),
+            reset_ns: reset_us.saturating_mul(1000),
+            remaining,
+            limit,
+        },
+    )
+    .decided_by_(by)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::time::Duration;
+
+    #[test]
+    fn a_token_splits_into_whole_microseconds_and_a_remainder() {
+        // 3 per second: 333 333 333 1/3 ns, kept as 1 000 000 000 / 3.
+        let q = ScriptQuota::new(&Quota::per_second(3)).unwrap();
+        let [us, rem, denom, burst] = q.args();
+        assert_eq!(burst, 3);
+        assert_eq!(us * denom + rem, 1_000_000_000 * (denom / 1000) / 3);
+        assert!(rem < denom);
+    }
+
+    #[test]
+    fn a_window_past_the_exact_range_is_refused() {
+        let decades = Quota::with_period(Duration::from_secs(3600 * 24 * 365 * 40));
+        assert_eq!(ScriptQuota::new(&decades), None);
+        assert!(ScriptQuota::new(&Quota::per_hour(1)).is_some());
+    }
+
+    #[test]
+    fn a_reply_is_checked_before_it_is_believed() {
+        assert_eq!(
+            Reply::parse(&[1, 1, 4, 0, 200, 1], 1),
+            Some(Reply::Decided {
+                allowed: true,
+                granted: 1,
+                remaining: 4,
+                retry_us: 0,
+                reset_us: 200,
+                binding: 0
+            })
+        );
+        assert_eq!(
+            Reply::parse(&[2, 0, 0, 0, 0, 2], 2),
+            Some(Reply::OverBurst { limit: 1 })
+        );
+        for bad in [
+            &[1, 1, 4, 0, 200][..],
+            &[1, 1, 4, 0, 200, 2],
+            &[1, 1, 4, 0, 200, 0],
+            &[3, 1, 4, 0, 200, 1],
+            &[1, -1, 4, 0, 200, 1],
+            &[0, 0, 4, -5, 200, 1],
+        ] {
+            assert_eq!(Reply::parse(bad, 1), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_test_variant_differs_only_in_where_now_comes_from() {
+        let test = source_with_now_from_args();
+        assert_ne!(test, SOURCE);
+        assert_eq!(test.lines().count(), SOURCE.lines().count());
+        assert!(SOURCE.contains(NOW_LINE));
+    }
+}

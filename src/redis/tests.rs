@@ -1,0 +1,160 @@
+//! The script against the local [`Gcra`](crate::Gcra), on a real redis-server: the same decisions
+//! and figures at microsecond readings.
+
+use core::time::Duration;
+
+use proptest::prelude::*;
+
+use super::script::{self, Mode, Reply, ScriptQuota};
+use crate::{Gcra, ManualClock, Quota};
+
+#[path = "../../tests/common/redis_server.rs"]
+mod redis_server;
+
+/// Microseconds since the Unix epoch, around late 2026: the magnitude the script sees from `TIME`.
+const EPOCH_US: u64 = 1_795_000_000_000_000;
+
+/// The test variant of the script, run with `now` in its last argument.
+fn run(
+    con: &mut redis::Connection,
+    s: &redis::Script,
+    key: &str,
+    q: &ScriptQuota,
+    mode: Mode,
+    n: u32,
+    now_us: u64,
+) -> Reply {
+    let mut call = s.prepare_invoke();
+    call.key(key).arg(mode as u8).arg(n);
+    for a in q.args() {
+        call.arg(a);
+    }
+    call.arg(now_us);
+    let values: Vec<i64> = call.invoke(con).expect("the script runs");
+    Reply::parse(&values, 1).expect("a well-formed reply")
+}
+
+fn ceil_us(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1000)).unwrap()
+}
+
+fn quota() -> impl Strategy<Value = Quota> {
+    // Rates whose periods are whole ns, fractions of a ns, and fractions of a µs; bursts from 1.
+    (
+        1u64..5000,
+        prop_oneof![Just(1u64), Just(3), Just(60), Just(1000)],
+        1u32..40,
+    )
+        .prop_map(|(rate, per_ms, burst)| {
+            Quota::try_new(rate, Duration::from_millis(per_ms), burst).expect("a valid quota")
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Random sequences of (advance, n) through the script and through the local GCRA on a
+    /// manual clock: every decision and figure agrees, at microsecond resolution.
+    #[test]
+    fn the_script_decides_as_the_local_gcra(
+        q in quota(),
+        steps in prop::collection::vec((0u64..400_000, 0u32..45, any::<bool>()), 1..60),
+    ) {
+        let Some(server) = redis_server::RedisServer::start("the_script_decides_as_the_local_gcra") else {
+            return Ok(());
+        };
+        let mut con = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+        let s = redis::Script::new(&script::source_with_now_from_args());
+        let sq = ScriptQuota::new(&q).unwrap();
+        let clock = ManualClock::new();
+        let local = Gcra::with_clock(q, clock.clone());
+        let mut t_us = 0u64;
+        for (i, &(advance, n, small)) in steps.iter().enumerate() {
+            // Small steps as often as large ones: the boundaries are where they differ.
+            t_us += if small { advance % 50 } else { advance };
+            clock.set(t_us * 1000);
+            let reply = run(&mut con, &s, "k", &sq, Mode::AllOrNothing, n, EPOCH_US + t_us);
+            match local.check_n(n) {
+                Err(e) => prop_assert_eq!(reply, Reply::OverBurst { limit: 0 }, "step {}: {}", i, e),
+                Ok(d) => {
+                    let Reply::Decided { allowed, granted, remaining, retry_us, reset_us, .. } = reply else {
+                        return Err(TestCaseError::fail(format!("step {i}: {reply:?}, local {d:?}")));
+                    };
+                    let got = (allowed, remaining as u64, retry_us, reset_us);
+                    let want = (d.is_allowed(), d.remaining(), ceil_us(d.retry_after()), ceil_us(d.reset_after()));
+                    prop_assert_eq!(got, want, "step {} (n = {}, t = {} us)", i, n, t_us);
+                    prop_assert_eq!(granted, if allowed { n } else { 0 });
+                }
+            }
+        }
+        drop(server);
+    }
+
+    /// The grant-up-to mode gives what the local GCRA would admit one token at a time, and no more.
+    #[test]
+    fn grant_up_to_takes_what_fits(
+        q in quota(),
+        steps in prop::collection::vec((0u64..400_000, 0u32..60), 1..40),
+    ) {
+        let Some(server) = redis_server::RedisServer::start("grant_up_to_takes_what_fits") else {
+            return Ok(());
+        };
+        let mut con = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+        let s = redis::Script::new(&script::source_with_now_from_args());
+        let sq = ScriptQuota::new(&q).unwrap();
+        let clock = ManualClock::new();
+        let local = Gcra::with_clock(q, clock.clone());
+        let mut t_us = 0u64;
+        for &(advance, n) in &steps {
+            t_us += advance;
+            clock.set(t_us * 1000);
+            let reply = run(&mut con, &s, "k", &sq, Mode::UpTo, n, EPOCH_US + t_us);
+            let Reply::Decided { allowed, granted, .. } = reply else {
+                return Err(TestCaseError::fail(format!("{reply:?}")));
+            };
+            let mut fits = 0;
+            while fits < n.min(q.burst()) && local.check().is_allowed() {
+                fits += 1;
+            }
+            prop_assert_eq!(granted, fits);
+            prop_assert_eq!(allowed, fits > 0 || n == 0);
+        }
+        drop(server);
+    }
+}
+
+/// The idle key vanishes by itself once full again: its PX expiry is the time until full.
+#[test]
+fn an_idle_subject_expires_when_full_again() {
+    let Some(server) = redis_server::RedisServer::start("an_idle_subject_expires_when_full_again")
+    else {
+        return;
+    };
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let s = redis::Script::new(script::SOURCE);
+    let q = Quota::per_second(10).with_burst(5);
+    let sq = ScriptQuota::new(&q).unwrap();
+    let mut call = s.prepare_invoke();
+    call.key("idle").arg(Mode::AllOrNothing as u8).arg(3u32);
+    for a in sq.args() {
+        call.arg(a);
+    }
+    let values: Vec<i64> = call.invoke(&mut con).unwrap();
+    assert_eq!(values[0], 1);
+    // Three tokens at 100 ms each: full again in 300 ms.
+    let pttl: i64 = redis::cmd("PTTL").arg("idle").query(&mut con).unwrap();
+    assert!((200..=300).contains(&pttl), "{pttl}");
+    // A peek writes nothing.
+    let before: String = redis::cmd("GET").arg("idle").query(&mut con).unwrap();
+    let mut peek = s.prepare_invoke();
+    peek.key("idle").arg(Mode::AllOrNothing as u8).arg(0u32);
+    for a in sq.args() {
+        peek.arg(a);
+    }
+    let _: Vec<i64> = peek.invoke(&mut con).unwrap();
+    let after: String = redis::cmd("GET").arg("idle").query(&mut con).unwrap();
+    assert_eq!(before, after);
+}

@@ -1,0 +1,227 @@
+//! Real `redis-server` processes for the `redis` feature's tests, on free loopback ports, stopped
+//! when dropped. Where redis-server is not installed, `start` says the test is skipped and returns
+//! `None`; under CI (the `CI` variable set) it fails instead, so a missing server never passes
+//! silently there.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Whether redis-server can be run here; prints the skip line when not (and panics under CI).
+pub fn available(test: &str) -> bool {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        if std::env::var_os("CI").is_some() {
+            panic!(
+                "{test}: redis-server is not installed, and CI is set: install it (apt-get install redis-server)"
+            );
+        }
+        eprintln!("SKIPPED {test}: redis-server is not installed (apt-get install redis-server)");
+    }
+    found
+}
+
+/// A free loopback port (bound and released: good enough for tests that start at once).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// One redis-server process.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A server on a free port, or `None` (skipped) where redis-server is not installed.
+    pub fn start(test: &str) -> Option<RedisServer> {
+        if !available(test) {
+            return None;
+        }
+        Some(RedisServer::spawn(free_port(), Vec::new()))
+    }
+
+    fn spawn(port: u16, extra: Vec<String>) -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "atomic-limiter-redis-{port}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let mut s = RedisServer {
+            port,
+            child: None,
+            dir,
+            extra,
+        };
+        s.launch();
+        s
+    }
+
+    fn launch(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(["--dir", self.dir.to_str().unwrap()])
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        self.child = Some(child);
+        let start = Instant::now();
+        while !self.ping() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server on {} did not answer",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Whether the server answers PING now.
+    pub fn ping(&self) -> bool {
+        raw_command(self.port, &["PING"]).is_some_and(|r| r.starts_with("+PONG"))
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL: the server dies mid-whatever, its memory lost.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port (after `kill`).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    /// SIGSTOP: the process hangs, its socket open.
+    pub fn pause(&self) {
+        signal(self.pid(), "-STOP");
+    }
+
+    /// SIGCONT.
+    pub fn resume(&self) {
+        signal(self.pid(), "-CONT");
+    }
+
+    /// Sends a command on a fresh connection and returns the raw reply (tests only).
+    pub fn command(&self, args: &[&str]) -> Option<String> {
+        raw_command(self.port, args)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            signal(c.id(), "-CONT");
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+/// One RESP command on a new connection, its first reply read raw.
+pub fn raw_command(port: u16, args: &[&str]) -> Option<String> {
+    let mut s =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+            .ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+    }
+    s.write_all(req.as_bytes()).ok()?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = s.read(&mut buf).ok()?;
+    (n > 0).then(|| String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// A local three-master Redis Cluster.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Three masters on free ports, slots assigned by `redis-cli --cluster create`; `None` where
+    /// redis-server is not installed (as [`RedisServer::start`]).
+    pub fn start(test: &str) -> Option<RedisCluster> {
+        if !available(test) {
+            return None;
+        }
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                let port = free_port();
+                RedisServer::spawn(
+                    port,
+                    vec![
+                        "--cluster-enabled".into(),
+                        "yes".into(),
+                        "--cluster-config-file".into(),
+                        format!("nodes-{port}.conf"),
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let start = Instant::now();
+        while !nodes.iter().all(|n| {
+            n.command(&["CLUSTER", "INFO"])
+                .is_some_and(|r| r.contains("cluster_state:ok"))
+        }) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the cluster did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(RedisCluster { nodes })
+    }
+
+    /// The nodes' URLs.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+}
