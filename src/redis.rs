@@ -213,8 +213,8 @@ impl From<::redis::RedisError> for StoreError {
 pub enum RedisConfigError {
     /// No limit was given.
     NoLimits,
-    /// This limit's window (a full burst's worth of time) is longer than the script keeps exact
-    /// (2^50 µs, about 35 years).
+    /// This limit's window (a full burst's worth of time) is longer than the script keeps exact:
+    /// 2^51 units of the local [`Gcra`](crate::Gcra), 26 days for a period of whole nanoseconds.
     WindowTooLong {
         /// The limit's name.
         limit: String,
@@ -227,7 +227,7 @@ impl fmt::Display for RedisConfigError {
             RedisConfigError::NoLimits => f.write_str("a distributed limiter needs a limit"),
             RedisConfigError::WindowTooLong { limit } => write!(
                 f,
-                "limit `{limit}`: a full burst spans more than 2^50 microseconds"
+                "limit `{limit}`: a full burst spans more time than the script keeps exact (26 days at most)"
             ),
         }
     }

@@ -15,7 +15,7 @@ use atomic_limiter::redis::{
 };
 use atomic_limiter::{DecidedBy, Quota};
 
-#[path = "common/redis_server.rs"]
+#[path = "../src/redis/test_server.rs"]
 mod redis_server;
 use redis_server::{RedisCluster, RedisServer};
 
@@ -586,22 +586,35 @@ fn leased_spends_locally_and_refills_in_the_background() {
             "{} lease requests",
             leased.lease_requests()
         );
-        // Another node that takes the rest leaves this one refused, locally, until the store
-        // would grant again.
-        let greedy = Leased::new(remote, "s", LeaseOptions::default().with_max_lease(100));
-        let mut refused_locally = 0;
-        let before = leased.lease_requests();
-        for _ in 0..2000 {
-            let _ = greedy.check_n(50).await;
-            let d = leased.check_n(100).await.unwrap();
-            if d.is_denied() && d.decided_by() == DecidedBy::Lease {
-                refused_locally += 1;
-            }
-        }
-        assert!(refused_locally > 0);
+        // A node that finds the store empty is refused, locally, until the store would grant
+        // again: one request to the store, then none while the refusal stands (about 1 s here).
+        let slow = RedisGcra::with_limits(
+            RedisStore::connect(&server.url(), &RedisOptions::default())
+                .await
+                .unwrap(),
+            "slow",
+            [("q", Quota::per_second(1).with_burst(10))],
+            RedisOptions::default(),
+        )
+        .unwrap();
+        let greedy = Leased::new(slow.clone(), "s", LeaseOptions::default());
+        assert!(greedy.check_n(10).await.unwrap().is_allowed());
+        let node = Leased::new(slow, "s", LeaseOptions::default());
+        let first = node.check().await;
         assert!(
-            leased.lease_requests() - before < 2000,
-            "a refused node hammered the store"
+            first.is_denied() && first.retry_after() > Duration::from_millis(500),
+            "{first:?}"
+        );
+        assert_eq!(node.lease_requests(), 1);
+        for _ in 0..100 {
+            let d = node.check().await;
+            assert!(d.is_denied() && d.decided_by() == DecidedBy::Lease, "{d:?}");
+            assert!(d.retry_after() > Duration::ZERO);
+        }
+        assert_eq!(
+            node.lease_requests(),
+            1,
+            "a refused node asked the store again"
         );
     });
 }

@@ -58,7 +58,9 @@ impl LeaseOptions {
 /// * **Expiry.** A lease is spent only within its TTL `E` from when it was asked for; a refill
 ///   merged into a lease that still holds tokens expires with the older one.
 /// * **Refusals.** When the store grants nothing, the lease remembers until when, and refuses
-///   locally meanwhile: an over-limit node does not hammer the store.
+///   locally meanwhile: an over-limit node does not hammer the store. Each refusal in a row
+///   doubles the hold (up to 8× the store's retry-after, capped at one TTL unless the store's
+///   own wait is longer), so that nodes over the limit together do not ask once per token.
 /// * **The bound.** Tokens granted at server time `t` are spent within `[t, t + E]`, and the store
 ///   grants at most `burst + rate × L` over any interval `L`; so over any window `W`, all nodes
 ///   together admit at most `burst + rate × (W + E)`, however many they are.
@@ -112,6 +114,8 @@ struct Demand {
     rate: f64,
     /// What the store said was left after the last grant.
     remaining: Option<u32>,
+    /// Refusals in a row: each doubles how long the next is held locally.
+    refusals: u32,
 }
 
 impl Demand {
@@ -349,11 +353,21 @@ impl Leased {
             .store(now.saturating_add(grant.reset_ns), Ordering::Relaxed);
         demand.remaining = Some(grant.remaining);
         if grant.granted == 0 {
+            // Held for the store's retry-after, doubled for each refusal in a row (up to 8×, and
+            // never past one TTL unless the store's own wait is longer): nodes over the limit
+            // together then ask about once per their share of the quota, not once per token.
+            let hold = grant
+                .retry_ns
+                .saturating_mul(1 << demand.refusals.min(3))
+                .min(inner.ttl_ns)
+                .max(grant.retry_ns);
+            demand.refusals = demand.refusals.saturating_add(1);
             inner
                 .denied_until
-                .store(now.saturating_add(grant.retry_ns).max(1), Ordering::Relaxed);
+                .store(now.saturating_add(hold).max(1), Ordering::Relaxed);
             return;
         }
+        demand.refusals = 0;
         // Relaxed: as above.
         inner.denied_until.store(0, Ordering::Relaxed);
         let expiry = lease::expiry(sent, inner.ttl_ns);

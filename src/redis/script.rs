@@ -1,10 +1,10 @@
 //! The GCRA script's arguments and reply, in the integers the script keeps exact.
 //!
-//! The script (`gcra.lua`, beside this file) works in whole microseconds since the Unix epoch plus
-//! a remainder in `1 / denom` µs, where `denom = 1000 × scale` and `token / scale` ns is the
-//! quota's period in lowest terms: one token is then exactly `token` remainder units, the very
-//! units the local [`Gcra`](crate::Gcra) keeps time in, so the two decide alike at microsecond
-//! readings.
+//! The script (`gcra.lua`, beside this file) reads the clock in whole microseconds since the Unix
+//! epoch and counts everything else in units of `1 / denom` µs, where `denom = 1000 × scale` and
+//! `token / scale` ns is the quota's period in lowest terms: one token is then exactly `token`
+//! units, the very units the local [`Gcra`](crate::Gcra) keeps time in, so the two decide alike
+//! at microsecond readings.
 
 use crate::decision::{DecidedBy, Decision, Detail};
 use crate::quota::Quota;
@@ -23,9 +23,10 @@ pub(crate) fn source_with_now_from_args() -> String {
     SOURCE.replace(NOW_LINE, "local now = tonumber(ARGV[#ARGV])")
 }
 
-/// The largest window (a full burst's worth of time) the script accepts, in µs: keeps the TAT,
-/// now plus a window, below 2^53 until long after 2200.
-pub(crate) const MAX_WINDOW_US: u64 = 1 << 50;
+/// The largest window (a full burst's worth of time) the script accepts, in units: keeps every
+/// debt plus a cost below 2^52, exact in a double. 2^51 units are 26 days for a period of whole
+/// nanoseconds, less for periods kept as fractions of one.
+pub(crate) const MAX_WINDOW_UNITS: u64 = 1 << 51;
 
 /// What the script decides in: all `n` tokens or none, or up to `n`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,39 +38,30 @@ pub(crate) enum Mode {
 /// One limit's quota as the script's arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ScriptQuota {
-    token_us: u64,
-    token_rem: u64,
+    token: u64,
+    burst: u32,
     denom: u64,
-    pub(crate) burst: u32,
 }
 
 impl ScriptQuota {
     /// The script's form of `quota`, or `None` when its window is longer than
-    /// [`MAX_WINDOW_US`].
+    /// [`MAX_WINDOW_UNITS`].
     pub(crate) fn new(quota: &Quota) -> Option<ScriptQuota> {
         let (token, scale) = quota.period_fraction();
-        // scale <= 128: no overflow.
-        let denom = 1000 * scale;
-        let window_us = (quota.window_units() / denom) as u128;
-        if window_us > u128::from(MAX_WINDOW_US) {
+        if quota.window_units() > MAX_WINDOW_UNITS {
             return None;
         }
         Some(ScriptQuota {
-            token_us: token / denom,
-            token_rem: token % denom,
-            denom,
+            token,
             burst: quota.burst(),
+            // scale <= 128: no overflow.
+            denom: 1000 * scale,
         })
     }
 
-    /// The four arguments the script reads for this limit.
-    pub(crate) fn args(&self) -> [u64; 4] {
-        [
-            self.token_us,
-            self.token_rem,
-            self.denom,
-            u64::from(self.burst),
-        ]
+    /// The three arguments the script reads for this limit.
+    pub(crate) fn args(&self) -> [u64; 3] {
+        [self.token, u64::from(self.burst), self.denom]
     }
 }
 
@@ -147,20 +139,17 @@ mod tests {
     use core::time::Duration;
 
     #[test]
-    fn a_token_splits_into_whole_microseconds_and_a_remainder() {
+    fn a_token_is_counted_in_the_local_gcra_units() {
         // 3 per second: 333 333 333 1/3 ns, kept as 1 000 000 000 / 3.
-        let q = ScriptQuota::new(&Quota::per_second(3)).unwrap();
-        let [us, rem, denom, burst] = q.args();
-        assert_eq!(burst, 3);
-        assert_eq!(us * denom + rem, 1_000_000_000 * (denom / 1000) / 3);
-        assert!(rem < denom);
+        let [token, burst, denom] = ScriptQuota::new(&Quota::per_second(3)).unwrap().args();
+        assert_eq!((token, burst, denom), (1_000_000_000, 3, 3000));
     }
 
     #[test]
     fn a_window_past_the_exact_range_is_refused() {
-        let decades = Quota::with_period(Duration::from_secs(3600 * 24 * 365 * 40));
-        assert_eq!(ScriptQuota::new(&decades), None);
-        assert!(ScriptQuota::new(&Quota::per_hour(1)).is_some());
+        let months = Quota::with_period(Duration::from_secs(3600 * 24 * 30));
+        assert_eq!(ScriptQuota::new(&months), None);
+        assert!(ScriptQuota::new(&Quota::per_hour(1).with_burst(24 * 20)).is_some());
     }
 
     #[test]

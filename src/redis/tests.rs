@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::script::{self, Mode, Reply, ScriptQuota};
 use crate::{Gcra, ManualClock, Quota};
 
-#[path = "../../tests/common/redis_server.rs"]
+#[path = "test_server.rs"]
 mod redis_server;
 
 /// Microseconds since the Unix epoch, around late 2026: the magnitude the script sees from `TIME`.
@@ -108,7 +108,7 @@ proptest! {
         for &(advance, n) in &steps {
             t_us += advance;
             clock.set(t_us * 1000);
-            let reply = run(&mut con, &s, "k", &sq, Mode::UpTo, n, EPOCH_US + t_us);
+            let reply = run(&mut con, &s, "grant", &sq, Mode::UpTo, n, EPOCH_US + t_us);
             let Reply::Decided { allowed, granted, .. } = reply else {
                 return Err(TestCaseError::fail(format!("{reply:?}")));
             };
@@ -148,13 +148,13 @@ fn an_idle_subject_expires_when_full_again() {
     let pttl: i64 = redis::cmd("PTTL").arg("idle").query(&mut con).unwrap();
     assert!((200..=300).contains(&pttl), "{pttl}");
     // A peek writes nothing.
-    let before: String = redis::cmd("GET").arg("idle").query(&mut con).unwrap();
+    let before: Vec<u8> = redis::cmd("GET").arg("idle").query(&mut con).unwrap();
     let mut peek = s.prepare_invoke();
     peek.key("idle").arg(Mode::AllOrNothing as u8).arg(0u32);
     for a in sq.args() {
         peek.arg(a);
     }
     let _: Vec<i64> = peek.invoke(&mut con).unwrap();
-    let after: String = redis::cmd("GET").arg("idle").query(&mut con).unwrap();
+    let after: Vec<u8> = redis::cmd("GET").arg("idle").query(&mut con).unwrap();
     assert_eq!(before, after);
 }

@@ -55,23 +55,31 @@ impl RedisServer {
         Some(RedisServer::spawn(free_port(), Vec::new()))
     }
 
-    fn spawn(port: u16, extra: Vec<String>) -> RedisServer {
-        let dir = std::env::temp_dir().join(format!(
-            "atomic-limiter-redis-{port}-{}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        let mut s = RedisServer {
-            port,
-            child: None,
-            dir,
-            extra,
-        };
-        s.launch();
-        s
+    /// A server of our own: a port freed by `free_port` may be taken by another test's server
+    /// before ours binds it, so the answer on the port must come from our process.
+    fn spawn(mut port: u16, extra: Vec<String>) -> RedisServer {
+        for _ in 0..20 {
+            let dir = std::env::temp_dir().join(format!(
+                "atomic-limiter-redis-{port}-{}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).expect("a temporary directory");
+            let mut s = RedisServer {
+                port,
+                child: None,
+                dir,
+                extra: extra.clone(),
+            };
+            if s.launch() {
+                return s;
+            }
+            port = free_port();
+        }
+        panic!("no redis-server of our own came up");
     }
 
-    fn launch(&mut self) {
+    /// Starts the process and waits until it answers; `false` if it exited (its port was taken).
+    fn launch(&mut self) -> bool {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
@@ -81,9 +89,21 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
+        let ours = format!("process_id:{}\r", child.id());
         self.child = Some(child);
         let start = Instant::now();
-        while !self.ping() {
+        loop {
+            if raw_command(self.port, &["INFO", "server"]).is_some_and(|i| i.contains(&ours)) {
+                return true;
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if exited {
+                self.child = None;
+                return false;
+            }
             assert!(
                 start.elapsed() < Duration::from_secs(10),
                 "redis-server on {} did not answer",
@@ -118,7 +138,11 @@ impl RedisServer {
     /// Starts it again on the same port (after `kill`).
     pub fn restart(&mut self) {
         self.kill();
-        self.launch();
+        assert!(
+            self.launch(),
+            "the port {} was taken while the server was down",
+            self.port
+        );
     }
 
     /// SIGSTOP: the process hangs, its socket open.

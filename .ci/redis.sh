@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The `redis` feature against real servers: installs redis-server and redis-cli from Debian's
+# packages when they are missing, then runs the script's property tests, the failure and cluster
+# suite (the tests start and stop their own servers on free loopback ports), the side-by-side
+# measurement in its quick form, and the multi-node example against a server started here.
+set -euo pipefail
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends redis-server redis-tools >/dev/null
+fi
+redis-server --version
+# A missing server fails these tests instead of skipping them.
+export CI="${CI:-true}"
+cargo test --features redis --lib redis
+cargo test --features redis --test redis
+cargo run --release --features redis --example redis_compare -- --quick
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+dir=$(mktemp -d)
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" --daemonize yes \
+    --pidfile "$dir/redis.pid" >/dev/null
+trap 'kill "$(cat "$dir/redis.pid")" 2>/dev/null || true; rm -rf "$dir"' EXIT
+for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+REDIS_URL="redis://127.0.0.1:$port/" cargo run --release --features redis --example redis_nodes
