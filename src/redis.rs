@@ -24,6 +24,29 @@
 //!
 //! `docs/design.md` has the distributed design, and the argument for the bound.
 //!
+//! # Without an async runtime
+//!
+//! The client needs a tokio runtime to drive its connection. Code without an async runtime keeps
+//! one beside the limiter and blocks on each check; no separate blocking type is needed:
+//!
+//! ```no_run
+//! use atomic_limiter::Quota;
+//! use atomic_limiter::redis::{RedisGcra, RedisOptions, RedisStore};
+//!
+//! # fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! let options = RedisOptions::default();
+//! let limiter = runtime.block_on(async {
+//!     let store = RedisStore::connect("redis://127.0.0.1:6379/", &options).await?;
+//!     Ok::<_, Box<dyn std::error::Error>>(RedisGcra::new(store, "api", Quota::per_second(10))?)
+//! })?;
+//! // Blocks this thread for at most the deadline.
+//! let decision = runtime.block_on(limiter.check("client-42"));
+//! # let _ = decision;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Example
 //!
 //! ```no_run

@@ -162,11 +162,42 @@ fn noscript_after_a_flush_is_recovered_transparently() {
     });
 }
 
+#[test]
+fn script_flush_mid_load_is_invisible() {
+    let Some(server) = RedisServer::start("script_flush_mid_load_is_invisible") else {
+        return;
+    };
+    let rt = runtime();
+    let l = rt.block_on(limiter(
+        &server.url(),
+        Quota::per_second(RATE).with_burst(BURST),
+        RedisOptions::default().with_deadline(Duration::from_millis(50)),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let task = rt.spawn(load(l.clone(), stop.clone(), Duration::from_secs(10)));
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(
+            server
+                .command(&["SCRIPT", "FLUSH"])
+                .unwrap()
+                .starts_with("+OK")
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let out = rt.block_on(task).unwrap();
+    assert!(out.paths.len() > 100);
+    assert!(
+        out.paths.iter().all(|p| p.1 == DecidedBy::Store),
+        "a flushed script cache reached the caller"
+    );
+}
+
 /// Runs checks in a loop (bounded in count and time) until `stop`, recording the slowest call
 /// and every decision's path.
 struct Load {
     slowest: Duration,
-    paths: Vec<(Instant, DecidedBy, bool)>,
+    paths: Vec<(Instant, DecidedBy, bool, usize)>,
 }
 
 async fn load(l: RedisGcra, stop: Arc<AtomicBool>, limit: Duration) -> Load {
@@ -178,10 +209,11 @@ async fn load(l: RedisGcra, stop: Arc<AtomicBool>, limit: Duration) -> Load {
     let mut i = 0u64;
     while !stop.load(Ordering::Relaxed) && start.elapsed() < limit && i < 200_000 {
         let t = Instant::now();
-        let d = l.check(&format!("s{}", i % 8)).await;
+        let subject = (i % SUBJECTS) as usize;
+        let d = l.check(&format!("s{subject}")).await;
         let took = t.elapsed();
         out.slowest = out.slowest.max(took);
-        out.paths.push((t, d.decided_by(), d.is_allowed()));
+        out.paths.push((t, d.decided_by(), d.is_allowed(), subject));
         i += 1;
         tokio::time::sleep(Duration::from_micros(500)).await;
     }
@@ -198,12 +230,21 @@ fn expect_policy(policy: FailurePolicy, by: DecidedBy, allowed: bool) -> bool {
     }
 }
 
+/// The load's subjects: few enough that each asks for more than its quota.
+const SUBJECTS: u64 = 2;
+/// Each subject's quota in the outage tests.
+const RATE: u64 = 200;
+const BURST: u32 = 20;
+
 /// An outage made by `break_it` and ended by `heal`: during it every decision is the policy's,
-/// no call is slower than the deadline + 2 ms, and within a second of healing the store decides
-/// again.
+/// no call is slower than the deadline + 2 ms, within a second of healing the store decides
+/// again, and each subject's admissions stay within the bound of the paths that admitted them.
+/// `forgets`: the outage wipes the server's memory (a restart without persistence), so each
+/// subject may get its burst once more.
 fn outage(
     test: &str,
     policy: FailurePolicy,
+    forgets: bool,
     break_it: impl Fn(&mut RedisServer),
     heal: impl Fn(&mut RedisServer),
 ) {
@@ -214,9 +255,19 @@ fn outage(
     let rt = runtime();
     let l = rt.block_on(limiter(
         &server.url(),
-        Quota::per_second(1000).with_burst(50),
+        Quota::per_second(RATE).with_burst(BURST),
         options(policy),
     ));
+    // The first call loads the script (three round trips in a debug build, on a busy runner):
+    // warm it, on a subject of its own, before the clock of the test starts.
+    let warm = Instant::now();
+    while rt.block_on(l.check("warm")).decided_by() != DecidedBy::Store {
+        assert!(
+            warm.elapsed() < Duration::from_secs(2),
+            "{test}: the store never answered"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let task = rt.spawn(load(l.clone(), stop.clone(), Duration::from_secs(10)));
     std::thread::sleep(Duration::from_millis(300));
@@ -270,6 +321,55 @@ fn outage(
         .iter()
         .find(|p| p.0 > healed && p.1 == DecidedBy::Store)
         .unwrap_or_else(|| panic!("{test}: the store never decided again"));
+    // The bound, per subject and per path: the store's quota over the whole run (its burst
+    // again after a restart that forgot it), and under `Local` the share's over the outage.
+    let first = out.paths.first().unwrap().0;
+    let run = out.paths.last().unwrap().0 - first;
+    for subject in 0..SUBJECTS as usize {
+        let admitted = |by: DecidedBy| {
+            out.paths
+                .iter()
+                .filter(|p| p.3 == subject && p.2 && p.1 == by)
+                .count() as f64
+        };
+        let bursts = if forgets { 2.0 } else { 1.0 };
+        let store_bound = bursts * f64::from(BURST) + RATE as f64 * run.as_secs_f64();
+        let store = admitted(DecidedBy::Store);
+        assert!(
+            store <= store_bound,
+            "{test}: s{subject}: {store} admitted by the store, bound {store_bound}"
+        );
+        if let FailurePolicy::Local { share } = policy {
+            let outage = out
+                .paths
+                .iter()
+                .filter(|p| p.1 == DecidedBy::FailLocal)
+                .map(|p| p.0)
+                .fold((None::<Instant>, None::<Instant>), |(a, b), t| {
+                    (
+                        Some(a.map_or(t, |a| a.min(t))),
+                        Some(b.map_or(t, |b| b.max(t))),
+                    )
+                });
+            if let (Some(a), Some(b)) = outage {
+                let bound = f64::from(share.burst())
+                    + share.rate() as f64 * (b - a).as_secs_f64() / share.per().as_secs_f64();
+                let local = admitted(DecidedBy::FailLocal);
+                assert!(
+                    local <= bound,
+                    "{test}: s{subject}: {local} admitted locally, bound {bound}"
+                );
+            }
+        }
+    }
+    // The load asked for more than the quota: the bound above was tested, not idle.
+    let asked = out.paths.iter().filter(|p| p.0 < broken).count() as f64 / SUBJECTS as f64;
+    let allowed_before =
+        out.paths.iter().filter(|p| p.0 < broken && p.2).count() as f64 / SUBJECTS as f64;
+    assert!(
+        asked > allowed_before,
+        "{test}: no subject was ever refused before the outage"
+    );
     assert!(
         recovered.0 - healed <= Duration::from_secs(1),
         "{test}: recovered after {:?}",
@@ -284,6 +384,7 @@ fn sigkill_and_restart_fail_closed() {
     outage(
         "sigkill_and_restart_fail_closed",
         FailurePolicy::Closed,
+        true,
         RedisServer::kill,
         RedisServer::restart,
     );
@@ -294,6 +395,7 @@ fn sigkill_and_restart_fail_open() {
     outage(
         "sigkill_and_restart_fail_open",
         FailurePolicy::Open,
+        true,
         RedisServer::kill,
         RedisServer::restart,
     );
@@ -301,10 +403,11 @@ fn sigkill_and_restart_fail_open() {
 
 #[test]
 fn sigkill_and_restart_fail_local() {
-    let share = Quota::per_second(100);
+    let share = Quota::per_second(50).with_burst(5);
     outage(
         "sigkill_and_restart_fail_local",
         FailurePolicy::Local { share },
+        true,
         RedisServer::kill,
         RedisServer::restart,
     );
@@ -315,6 +418,7 @@ fn a_hung_server_sigstop_is_cut_at_the_deadline() {
     outage(
         "a_hung_server_sigstop_is_cut_at_the_deadline",
         FailurePolicy::Closed,
+        false,
         |s| s.pause(),
         |s| s.resume(),
     );
@@ -325,6 +429,7 @@ fn client_pause_is_cut_at_the_deadline() {
     outage(
         "client_pause_is_cut_at_the_deadline",
         FailurePolicy::Open,
+        false,
         |s| {
             // Paused for as long as the outage lasts: under `ALL`, even `CLIENT UNPAUSE` would
             // wait for it to end.
