@@ -236,6 +236,11 @@ impl From<::redis::RedisError> for StoreError {
 pub enum RedisConfigError {
     /// No limit was given.
     NoLimits,
+    /// Two limits have this name (they would share one key).
+    DuplicateLimit {
+        /// The name.
+        limit: String,
+    },
     /// This limit's window (a full burst's worth of time) is longer than the script keeps exact:
     /// 2^51 units of the local [`Gcra`](crate::Gcra), 26 days for a period of whole nanoseconds.
     WindowTooLong {
@@ -248,6 +253,9 @@ impl fmt::Display for RedisConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RedisConfigError::NoLimits => f.write_str("a distributed limiter needs a limit"),
+            RedisConfigError::DuplicateLimit { limit } => {
+                write!(f, "two limits are named `{limit}`")
+            }
             RedisConfigError::WindowTooLong { limit } => write!(
                 f,
                 "limit `{limit}`: a full burst spans more time than the script keeps exact (26 days at most)"

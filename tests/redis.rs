@@ -193,6 +193,79 @@ fn script_flush_mid_load_is_invisible() {
     );
 }
 
+/// Settings read from a file can be anything: none of these panics, and each decides.
+#[test]
+fn extreme_settings_never_panic() {
+    let Some(server) = RedisServer::start("extreme_settings_never_panic") else {
+        return;
+    };
+    runtime().block_on(async {
+        for (deadline, cooldown) in [
+            (Duration::MAX, Duration::MAX),
+            (Duration::ZERO, Duration::ZERO),
+            (Duration::from_nanos(1), Duration::MAX),
+        ] {
+            let o = RedisOptions::default()
+                .with_deadline(deadline)
+                .with_connect_timeout(deadline)
+                .with_breaker(0, cooldown)
+                .with_policy(FailurePolicy::Local {
+                    share: Quota::per_second(1_000_000_000),
+                });
+            let store = RedisStore::connect(&server.url(), &o).await.unwrap();
+            let l = RedisGcra::with_limits(
+                store,
+                "x",
+                [
+                    (
+                        "a",
+                        Quota::per_second(1_000_000_000).with_burst(Quota::MAX_BURST),
+                    ),
+                    ("b", Quota::per_second(1)),
+                ],
+                o,
+            )
+            .unwrap();
+            for n in [0, 1, u32::MAX] {
+                let _ = l.check_n("s", n).await;
+            }
+            let leased = Leased::new(
+                l.clone(),
+                "s",
+                LeaseOptions::default()
+                    .with_ttl(Duration::MAX)
+                    .with_max_lease(u32::MAX),
+            );
+            for n in [0, 1, u32::MAX] {
+                let _ = leased.check_n(n).await;
+            }
+            let _ = Leased::new(
+                l,
+                "t",
+                LeaseOptions::default()
+                    .with_ttl(Duration::ZERO)
+                    .with_max_lease(0),
+            )
+            .check()
+            .await;
+        }
+        let store = RedisStore::connect(&server.url(), &RedisOptions::default())
+            .await
+            .unwrap();
+        let dup = RedisGcra::with_limits(
+            store.clone(),
+            "x",
+            [("a", Quota::per_second(1)), ("a", Quota::per_minute(1))],
+            RedisOptions::default(),
+        );
+        assert!(dup.is_err());
+        let none: [(&str, Quota); 0] = [];
+        assert!(RedisGcra::with_limits(store.clone(), "x", none, RedisOptions::default()).is_err());
+        let month = Quota::with_period(Duration::from_secs(3600 * 24 * 30));
+        assert!(RedisGcra::new(store, "x", month).is_err());
+    });
+}
+
 /// Runs checks in a loop (bounded in count and time) until `stop`, recording the slowest call
 /// and every decision's path.
 struct Load {
@@ -775,6 +848,48 @@ fn leased_fails_local_after_spending_its_lease() {
                 .iter()
                 .all(|p| p.0 == DecidedBy::FailLocal || p.0 == DecidedBy::Store)
         );
+    });
+}
+
+/// A lease built outside any runtime has no background refill: it refills inline, and after an
+/// outage it probes the store itself and comes back.
+#[test]
+fn a_lease_built_outside_a_runtime_recovers_by_itself() {
+    let _one_at_a_time = timed();
+    let Some(mut server) = RedisServer::start("a_lease_built_outside_a_runtime_recovers_by_itself")
+    else {
+        return;
+    };
+    let rt = runtime();
+    let remote = rt.block_on(limiter(
+        &server.url(),
+        Quota::per_second(1000).with_burst(100),
+        options(FailurePolicy::Closed),
+    ));
+    let leased = Leased::new(remote, "s", LeaseOptions::default().with_max_lease(5));
+    rt.block_on(async {
+        assert!(leased.check().await.is_allowed());
+        server.kill();
+        let mut closed = 0;
+        for _ in 0..50 {
+            let d = leased.check().await;
+            closed += usize::from(d.decided_by() == DecidedBy::FailClosed);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert!(closed > 30, "{closed} of 50 refused by the policy");
+        server.restart();
+        let healed = Instant::now();
+        loop {
+            let d = leased.check().await;
+            if d.is_allowed() && matches!(d.decided_by(), DecidedBy::Lease | DecidedBy::Store) {
+                break;
+            }
+            assert!(
+                healed.elapsed() < Duration::from_secs(1),
+                "no recovery: {d:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     });
 }
 

@@ -181,6 +181,11 @@ impl Leased {
     /// after one refill from the store (within the deadline), or by the failure policy.
     pub async fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
         InsufficientCapacity::check(n, self.inner.limit.min(lease::MAX_TOKENS))?;
+        // Relaxed: as in `without_lease`. Built outside a runtime, nothing probes the store in
+        // the background while it fails: probe here (the breaker keeps it cheap while open).
+        if self.inner.handle.is_none() && self.inner.failing.load(Ordering::Relaxed) == 1 {
+            self.refill(n).await;
+        }
         if let Some(d) = self.check_local(n) {
             return Ok(d);
         }

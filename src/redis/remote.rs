@@ -92,6 +92,14 @@ impl RedisGcra {
         if limits.is_empty() {
             return Err(RedisConfigError::NoLimits);
         }
+        // Two limits under one name would be one key, charged twice by one call.
+        for (i, l) in limits.iter().enumerate() {
+            if limits[..i].iter().any(|other| other.name == l.name) {
+                return Err(RedisConfigError::DuplicateLimit {
+                    limit: l.name.clone(),
+                });
+            }
+        }
         let local = match options.policy {
             FailurePolicy::Local { share } => {
                 Some(Keyed::new(share, options.max_local_keys, Gcra::new))
