@@ -266,21 +266,27 @@ impl fmt::Display for RedisConfigError {
 
 impl std::error::Error for RedisConfigError {}
 
-/// The decision a blind policy gives (open or closed); `None` for [`FailurePolicy::Local`], whose
-/// decision comes from a local limiter.
-fn blind_decision(policy: FailurePolicy, limit: u32, retry_ns: u64) -> Option<Decision> {
-    let (allowed, by) = match policy {
-        FailurePolicy::Open => (true, DecidedBy::FailOpen),
-        FailurePolicy::Closed => (false, DecidedBy::FailClosed),
-        FailurePolicy::Local { .. } => return None,
-    };
+/// The decision while the store cannot answer: the policy's. Under [`FailurePolicy::Local`],
+/// `local` decides on this node's share (`None` where there is no share limiter: refused).
+fn failure_decision(
+    policy: FailurePolicy,
+    limit: u32,
+    retry_ns: u64,
+    local: impl FnOnce() -> Option<Result<Decision, crate::InsufficientCapacity>>,
+) -> Decision {
+    let retry_us = retry_ns.div_ceil(1000).max(1);
     // Nothing is known of the remainder: 0, so that no client bursts on the strength of it.
-    let retry_us = if allowed {
-        0
-    } else {
-        retry_ns.div_ceil(1000).max(1)
-    };
-    Some(script::decision(allowed, 0, retry_us, 0, limit, by))
+    let refused = |by| script::decision(false, 0, retry_us, 0, limit, by);
+    match policy {
+        FailurePolicy::Open => script::decision(true, 0, 0, 0, limit, DecidedBy::FailOpen),
+        FailurePolicy::Local { .. } => match local() {
+            Some(Ok(d)) => d.decided_by_(DecidedBy::FailLocal),
+            // More than the share's burst.
+            Some(Err(_)) => refused(DecidedBy::FailLocal),
+            None => refused(DecidedBy::FailClosed),
+        },
+        FailurePolicy::Closed => refused(DecidedBy::FailClosed),
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use core::time::Duration;
 
 use super::lease::{self, Spend};
 use super::remote::RedisGcra;
-use super::{FailurePolicy, blind_decision, script};
+use super::{FailurePolicy, failure_decision, script};
 use crate::clock::{Clock, DefaultClock};
 use crate::decision::{DecidedBy, Decision};
 use crate::gcra::Gcra;
@@ -274,31 +274,12 @@ impl Leased {
         }
         // Probe in the background (the breaker lets one call through when it half-opens).
         self.prefetch();
-        let retry_ns = inner.remote.options().cooldown_ns();
-        if let Some(d) = blind_decision(inner.remote.policy(), inner.limit, retry_ns) {
-            return Some(d);
-        }
-        Some(match &inner.share {
-            Some(share) => match share.check_n(n) {
-                Ok(d) => d.decided_by_(DecidedBy::FailLocal),
-                Err(_) => script::decision(
-                    false,
-                    0,
-                    retry_ns.div_ceil(1000),
-                    0,
-                    inner.limit,
-                    DecidedBy::FailLocal,
-                ),
-            },
-            None => script::decision(
-                false,
-                0,
-                retry_ns.div_ceil(1000),
-                0,
-                inner.limit,
-                DecidedBy::FailClosed,
-            ),
-        })
+        Some(failure_decision(
+            inner.remote.policy(),
+            inner.limit,
+            inner.remote.options().cooldown_ns(),
+            || inner.share.as_ref().map(|share| share.check_n(n)),
+        ))
     }
 
     /// Queues one background refill, unless one is queued already.

@@ -8,7 +8,7 @@ use core::time::Duration;
 use super::breaker::{Breaker, Permit, ProbeGuard};
 use super::script::{Mode, Reply, ScriptQuota};
 use super::store::RedisStore;
-use super::{FailurePolicy, RedisConfigError, RedisOptions, StoreError, blind_decision, script};
+use super::{FailurePolicy, RedisConfigError, RedisOptions, StoreError, failure_decision, script};
 use crate::clock::{Clock, DefaultClock};
 use crate::decision::{DecidedBy, Decision};
 use crate::gcra::Gcra;
@@ -207,32 +207,12 @@ impl RedisGcra {
     /// The decision of a blind policy, or of this node's share, for a request the store could not
     /// decide.
     fn on_failure(&self, subject: &str, n: u32, e: &StoreError) -> Decision {
-        let retry_ns = self.failure_retry_ns(e);
-        let limit = self.burst();
-        if let Some(d) = blind_decision(self.inner.options.policy, limit, retry_ns) {
-            return d;
-        }
-        match &self.inner.local {
-            Some(local) => match local.check_key_n(subject, n) {
-                Ok(d) => d.decided_by_(DecidedBy::FailLocal),
-                Err(_) => script::decision(
-                    false,
-                    0,
-                    retry_ns.div_ceil(1000),
-                    0,
-                    limit,
-                    DecidedBy::FailLocal,
-                ),
-            },
-            None => script::decision(
-                false,
-                0,
-                retry_ns.div_ceil(1000),
-                0,
-                limit,
-                DecidedBy::FailClosed,
-            ),
-        }
+        failure_decision(
+            self.inner.options.policy,
+            self.burst(),
+            self.failure_retry_ns(e),
+            || self.inner.local.as_ref().map(|l| l.check_key_n(subject, n)),
+        )
     }
 
     /// When a refused client may try again after a failure: when the breaker lets a call
