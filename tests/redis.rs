@@ -919,6 +919,39 @@ fn a_lease_built_outside_a_runtime_recovers_by_itself() {
     });
 }
 
+/// A caller that never waits (only `check_local`) is still served: an empty lease asks for the
+/// next one in the background.
+#[test]
+fn check_local_alone_is_served_by_background_refills() {
+    let _one_at_a_time = timed();
+    let Some(server) = RedisServer::start("check_local_alone_is_served_by_background_refills")
+    else {
+        return;
+    };
+    runtime().block_on(async {
+        let remote = limiter(
+            &server.url(),
+            Quota::per_second(10_000).with_burst(100),
+            RedisOptions::default(),
+        )
+        .await;
+        let leased = Leased::new(remote, "s", LeaseOptions::default().with_max_lease(10));
+        let start = Instant::now();
+        let mut allowed = 0;
+        while allowed < 50 {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "{allowed} admitted without waiting"
+            );
+            if leased.check_local(1).is_some_and(|d| d.is_allowed()) {
+                allowed += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(leased.waited_checks(), 0);
+    });
+}
+
 /// Every task the limiters start ends with them: nothing is left on the runtime.
 #[test]
 fn no_task_outlives_the_limiters() {

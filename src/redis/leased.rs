@@ -269,11 +269,14 @@ impl Leased {
             return Some(self.lease_decision(false, 0, until - now, now));
         }
         // Relaxed: as above; the background refill clears it when the store answers again.
-        if inner.failing.load(Ordering::Relaxed) == 0 {
+        let failing = inner.failing.load(Ordering::Relaxed) == 1;
+        // Ask for a lease in the background, so that a caller of `check_local` alone is served
+        // again; while failing, this is the probe (the breaker lets one call through when it
+        // half-opens).
+        self.prefetch();
+        if !failing {
             return None;
         }
-        // Probe in the background (the breaker lets one call through when it half-opens).
-        self.prefetch();
         Some(failure_decision(
             inner.remote.policy(),
             inner.limit,
