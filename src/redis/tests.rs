@@ -14,24 +14,44 @@ mod redis_server;
 /// Microseconds since the Unix epoch, around late 2026: the magnitude the script sees from `TIME`.
 const EPOCH_US: u64 = 1_795_000_000_000_000;
 
-/// The test variant of the script, run with `now` in its last argument.
-fn run(
-    con: &mut redis::Connection,
-    s: &redis::Script,
-    key: &str,
-    q: &ScriptQuota,
-    mode: Mode,
-    n: u32,
-    now_us: u64,
-) -> Reply {
-    let mut call = s.prepare_invoke();
-    call.key(key).arg(mode as u8).arg(n);
-    for a in q.args() {
-        call.arg(a);
+/// A server of the test's own, a connection to it, and one limit's script.
+struct Fixture {
+    con: redis::Connection,
+    script: redis::Script,
+    quota: ScriptQuota,
+    // Last: the server stops after the connection closes.
+    _server: redis_server::RedisServer,
+}
+
+impl Fixture {
+    /// `None` (the test skipped) where redis-server is not installed.
+    fn start(test: &str, source: &str, q: &Quota) -> Option<Fixture> {
+        let server = redis_server::RedisServer::start(test)?;
+        let con = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        Some(Fixture {
+            con,
+            script: redis::Script::new(source),
+            quota: ScriptQuota::new(q).unwrap(),
+            _server: server,
+        })
     }
-    call.arg(now_us);
-    let values: Vec<i64> = call.invoke(con).expect("the script runs");
-    Reply::parse(&values, 1).expect("a well-formed reply")
+
+    /// One call; `now_us` goes last, for the test variant of the script.
+    fn call(&mut self, key: &str, mode: Mode, n: u32, now_us: Option<u64>) -> Reply {
+        let mut call = self.script.prepare_invoke();
+        call.key(key).arg(mode as u8).arg(n);
+        for a in self.quota.args() {
+            call.arg(a);
+        }
+        if let Some(now) = now_us {
+            call.arg(now);
+        }
+        let values: Vec<i64> = call.invoke(&mut self.con).expect("the script runs");
+        Reply::parse(&values, 1).expect("a well-formed reply")
+    }
 }
 
 fn ceil_us(d: Duration) -> u64 {
@@ -60,12 +80,10 @@ proptest! {
         q in quota(),
         steps in prop::collection::vec((0u64..400_000, 0u32..45, any::<bool>()), 1..60),
     ) {
-        let Some(server) = redis_server::RedisServer::start("the_script_decides_as_the_local_gcra") else {
+        let source = script::source_with_now_from_args();
+        let Some(mut f) = Fixture::start("the_script_decides_as_the_local_gcra", &source, &q) else {
             return Ok(());
         };
-        let mut con = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
-        let s = redis::Script::new(&script::source_with_now_from_args());
-        let sq = ScriptQuota::new(&q).unwrap();
         let clock = ManualClock::new();
         let local = Gcra::with_clock(q, clock.clone());
         let mut t_us = 0u64;
@@ -73,7 +91,7 @@ proptest! {
             // Small steps as often as large ones: the boundaries are where they differ.
             t_us += if small { advance % 50 } else { advance };
             clock.set(t_us * 1000);
-            let reply = run(&mut con, &s, "k", &sq, Mode::AllOrNothing, n, EPOCH_US + t_us);
+            let reply = f.call("k", Mode::AllOrNothing, n, Some(EPOCH_US + t_us));
             match local.check_n(n) {
                 Err(e) => prop_assert_eq!(reply, Reply::OverBurst { limit: 0 }, "step {}: {}", i, e),
                 Ok(d) => {
@@ -87,7 +105,6 @@ proptest! {
                 }
             }
         }
-        drop(server);
     }
 
     /// The grant-up-to mode gives what the local GCRA would admit one token at a time, and no more.
@@ -96,19 +113,17 @@ proptest! {
         q in quota(),
         steps in prop::collection::vec((0u64..400_000, 0u32..60), 1..40),
     ) {
-        let Some(server) = redis_server::RedisServer::start("grant_up_to_takes_what_fits") else {
+        let source = script::source_with_now_from_args();
+        let Some(mut f) = Fixture::start("grant_up_to_takes_what_fits", &source, &q) else {
             return Ok(());
         };
-        let mut con = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
-        let s = redis::Script::new(&script::source_with_now_from_args());
-        let sq = ScriptQuota::new(&q).unwrap();
         let clock = ManualClock::new();
         let local = Gcra::with_clock(q, clock.clone());
         let mut t_us = 0u64;
         for &(advance, n) in &steps {
             t_us += advance;
             clock.set(t_us * 1000);
-            let reply = run(&mut con, &s, "grant", &sq, Mode::UpTo, n, EPOCH_US + t_us);
+            let reply = f.call("grant", Mode::UpTo, n, Some(EPOCH_US + t_us));
             let Reply::Decided { allowed, granted, .. } = reply else {
                 return Err(TestCaseError::fail(format!("{reply:?}")));
             };
@@ -119,42 +134,28 @@ proptest! {
             prop_assert_eq!(granted, fits);
             prop_assert_eq!(allowed, fits > 0 || n == 0);
         }
-        drop(server);
     }
 }
 
 /// The idle key vanishes by itself once full again: its PX expiry is the time until full.
 #[test]
 fn an_idle_subject_expires_when_full_again() {
-    let Some(server) = redis_server::RedisServer::start("an_idle_subject_expires_when_full_again")
-    else {
+    let q = Quota::per_second(10).with_burst(5);
+    let test = "an_idle_subject_expires_when_full_again";
+    let Some(mut f) = Fixture::start(test, script::SOURCE, &q) else {
         return;
     };
-    let mut con = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let s = redis::Script::new(script::SOURCE);
-    let q = Quota::per_second(10).with_burst(5);
-    let sq = ScriptQuota::new(&q).unwrap();
-    let mut call = s.prepare_invoke();
-    call.key("idle").arg(Mode::AllOrNothing as u8).arg(3u32);
-    for a in sq.args() {
-        call.arg(a);
-    }
-    let values: Vec<i64> = call.invoke(&mut con).unwrap();
-    assert_eq!(values[0], 1);
+    let reply = f.call("idle", Mode::AllOrNothing, 3, None);
+    assert!(
+        matches!(reply, Reply::Decided { allowed: true, .. }),
+        "{reply:?}"
+    );
     // Three tokens at 100 ms each: full again in 300 ms.
-    let pttl: i64 = redis::cmd("PTTL").arg("idle").query(&mut con).unwrap();
+    let pttl: i64 = redis::cmd("PTTL").arg("idle").query(&mut f.con).unwrap();
     assert!((200..=300).contains(&pttl), "{pttl}");
     // A peek writes nothing.
-    let before: Vec<u8> = redis::cmd("GET").arg("idle").query(&mut con).unwrap();
-    let mut peek = s.prepare_invoke();
-    peek.key("idle").arg(Mode::AllOrNothing as u8).arg(0u32);
-    for a in sq.args() {
-        peek.arg(a);
-    }
-    let _: Vec<i64> = peek.invoke(&mut con).unwrap();
-    let after: Vec<u8> = redis::cmd("GET").arg("idle").query(&mut con).unwrap();
+    let before: Vec<u8> = redis::cmd("GET").arg("idle").query(&mut f.con).unwrap();
+    f.call("idle", Mode::AllOrNothing, 0, None);
+    let after: Vec<u8> = redis::cmd("GET").arg("idle").query(&mut f.con).unwrap();
     assert_eq!(before, after);
 }
