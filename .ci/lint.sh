@@ -5,7 +5,9 @@ for c in clippy rustfmt; do
     rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
 done
 cargo clippy --workspace --all-targets -- -D warnings
-# The `redis` feature's code, tests, example and benchmark.
+# The `redis` feature's code, tests, example and benchmark; the HTTP layer's, with and without it.
 cargo clippy --all-targets --features redis -- -D warnings
+cargo clippy --all-targets --features tower,axum -- -D warnings
+cargo clippy --all-targets --features tower,axum,redis -- -D warnings
 cargo fmt --all --check
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter --features redis
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter --features redis,tower,axum

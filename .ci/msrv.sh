@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The declared minimum Rust (Cargo.toml's rust-version) builds the library, with and without
-# its default features; the `redis` feature's own minimum (redis-rs 1.8 needs Rust 1.88) builds
+# its default features and with the HTTP layer; the `redis` feature's own minimum (redis-rs 1.8 needs Rust 1.88) builds
 # it with that feature. The tests and benches use newer dev-dependencies and are not held to it.
 # The toolchains come from the Rust distribution server, not a package registry: where one cannot
 # be had, the check says so and is skipped rather than failing the run for the network.
@@ -19,7 +19,8 @@ have() {
 if have "$msrv"; then
     cargo "+$msrv" check --lib --target-dir target/msrv
     cargo "+$msrv" check --lib --no-default-features --target-dir target/msrv
-    echo "Rust $msrv builds the library"
+    cargo "+$msrv" check --lib --features tower,axum --target-dir target/msrv
+    echo "Rust $msrv builds the library, and with the tower and axum features"
 fi
 if have "$redis_msrv"; then
     cargo "+$redis_msrv" check --lib --features redis --target-dir target/msrv

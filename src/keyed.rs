@@ -552,6 +552,15 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     pub fn max_keys(&self) -> usize {
         self.max_keys
     }
+
+    /// The quota `key` is checked on: the one quota, or what the quota function gives it (called
+    /// again: a header that states the policy asks for it per response).
+    pub fn quota_of(&self, key: &K) -> Quota {
+        match &self.quotas {
+            Quotas::Shared(shared) => *shared.quota(),
+            Quotas::PerKey { quota_for, .. } => quota_for(key),
+        }
+    }
 }
 
 fn duration_ns(d: core::time::Duration) -> u64 {

@@ -54,6 +54,9 @@
 //! | `baseline` | no | the `baseline` module: the textbook mutex limiters, for comparisons |
 //! | `quanta` | yes | [`QuantaClock`] (the default clock) and [`CoarseClock`] |
 //! | `portable-atomic` | no | 64-bit atomics on targets without them |
+//! | `redis` | no | the `redis` module: one quota across nodes, in Redis (Rust 1.88) |
+//! | `tower` | no | the `http` module: a tower layer answering `429` with the `RateLimit` fields |
+//! | `axum` | no | with `tower`: the peer address read from axum's `ConnectInfo` |
 //!
 //! Without `std` the crate is `no_std` (it needs `alloc` for [`ManualClock`]'s shared time):
 //! [`Quota`], [`Gcra`], [`TokenBucket`], [`FixedWindow`], [`SlidingWindowCounter`], [`Throttle`]
@@ -68,6 +71,8 @@ pub mod baseline;
 mod clock;
 mod decision;
 mod gcra;
+#[cfg(feature = "tower")]
+pub mod http;
 #[cfg(feature = "std")]
 pub mod keyed;
 mod limiter;

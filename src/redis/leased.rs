@@ -230,6 +230,18 @@ impl Leased {
         }
     }
 
+    /// The limiter the leases come from.
+    #[cfg(feature = "tower")]
+    pub(crate) fn remote(&self) -> &RedisGcra {
+        &self.inner.remote
+    }
+
+    /// The most tokens one check may ask for.
+    #[cfg(feature = "tower")]
+    pub(crate) fn max_cost(&self) -> u32 {
+        self.inner.limit.min(lease::MAX_TOKENS)
+    }
+
     /// Leases asked of the store so far.
     pub fn lease_requests(&self) -> u64 {
         // Relaxed: a statistic.

@@ -166,6 +166,15 @@ impl RedisGcra {
     }
 
     /// The smallest burst of the limits: the most one request may take.
+    /// The quota, when there is just one limit.
+    #[cfg(feature = "tower")]
+    pub(crate) fn single_quota(&self) -> Option<Quota> {
+        match self.inner.limits.as_slice() {
+            [one] => Some(one.quota),
+            _ => None,
+        }
+    }
+
     pub(crate) fn burst(&self) -> u32 {
         self.inner
             .limits

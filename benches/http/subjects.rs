@@ -1,0 +1,127 @@
+//! The subjects the HTTP layer is measured on, shared by `benches/http.rs` and
+//! `examples/http_compare.rs`: one inner service, the same requests and keys, and the layer of each
+//! crate around it.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use atomic_limiter::http::{Headers, PeerIp, RateLimitLayer};
+use atomic_limiter::{Gcra, Keyed, Quota};
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use http::{Request, Response};
+use tower::{Layer, Service, service_fn};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::PeerIpKeyExtractor;
+
+/// Distinct client addresses the requests cycle through.
+pub const CLIENTS: u32 = 1024;
+
+/// Request `i`: `GET /` from one of [`CLIENTS`] addresses, as axum's `ConnectInfo` carries it.
+pub fn request(i: u32) -> Request<Body> {
+    let ip = IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + (i % CLIENTS)));
+    let mut request = Request::get("/").body(Body::empty()).unwrap();
+    request
+        .extensions_mut()
+        .insert(ConnectInfo(SocketAddr::new(ip, 40_000)));
+    request
+}
+
+fn inner()
+-> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send>
++ Clone
++ Send {
+    service_fn(|_: Request<Body>| async { Ok::<_, Infallible>(Response::new(Body::empty())) })
+}
+
+/// Calls `service` once and drives the response to completion (every future here is ready at
+/// once), returning the status.
+fn call<S, B>(service: &mut S, request: Request<Body>) -> u16
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(service.poll_ready(&mut cx).is_ready());
+    let mut future = pin!(service.call(request));
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(response) => response.unwrap().status().as_u16(),
+        Poll::Pending => unreachable!("every future here is ready at once"),
+    }
+}
+
+/// One request through a subject: its status.
+pub type Subject = Box<dyn FnMut(Request<Body>) -> u16>;
+
+/// The path measured: admitted (a quota nobody reaches), admitted with the rate-limit fields on the
+/// response, or refused (one token an hour per client, spent beforehand).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    Admitted,
+    AdmittedWithHeaders,
+    Refused,
+}
+
+impl Path {
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Admitted => "admitted",
+            Path::AdmittedWithHeaders => "admitted, with headers",
+            Path::Refused => "refused",
+        }
+    }
+}
+
+/// `[no layer, atomic-limiter, tower_governor]` on `path`, each client already seen (and, when
+/// refusing, already out of tokens), every status checked once.
+pub fn subjects(path: Path) -> [(&'static str, Subject); 3] {
+    let (per, burst) = match path {
+        Path::Refused => (Duration::from_secs(3600), 1),
+        _ => (Duration::from_nanos(1), 1_000_000),
+    };
+    let headers = path == Path::AdmittedWithHeaders;
+    let quota = Quota::with_period(per).with_burst(burst);
+    let keyed: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 2 * CLIENTS as usize);
+    // The legacy fields: what tower_governor writes, so both write alike.
+    let ours = RateLimitLayer::builder(PeerIp::new(), keyed)
+        .headers(Headers::Legacy)
+        .headers_on_allowed(headers)
+        .build();
+    let mut ours = ours.layer(inner());
+    let mut ours: Subject = Box::new(move |r| call(&mut ours, r));
+
+    let mut config = GovernorConfigBuilder::default();
+    config
+        .period(per)
+        .burst_size(burst)
+        .key_extractor(PeerIpKeyExtractor);
+    // (Boxed alike: the two tower_governor services differ in type.)
+    let mut theirs: Subject = if headers {
+        let config = config.use_headers().finish().unwrap();
+        let mut service = GovernorLayer::new(config).layer(inner());
+        Box::new(move |r| call(&mut service, r))
+    } else {
+        let config = config.finish().unwrap();
+        let mut service = GovernorLayer::new(config).layer(inner());
+        Box::new(move |r| call(&mut service, r))
+    };
+    let mut bare = inner();
+    let none: Subject = Box::new(move |r| call(&mut bare, r));
+
+    for i in 0..CLIENTS {
+        assert_eq!((ours(request(i)), theirs(request(i))), (200, 200));
+        if path == Path::Refused {
+            assert_eq!((ours(request(i)), theirs(request(i))), (429, 429));
+        }
+    }
+    [
+        ("no layer", none),
+        ("atomic-limiter", ours),
+        ("tower_governor", theirs),
+    ]
+}

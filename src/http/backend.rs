@@ -1,0 +1,173 @@
+//! What decides a request: the backend trait, for a local [`Keyed`] table and the Redis limiters.
+
+use core::future::{Future, Ready};
+use core::hash::Hash;
+
+use crate::decision::Decision;
+use crate::keyed::Keyed;
+use crate::keyed::{KeyEntry, KeyedLimiter, KeyedStore};
+use crate::quota::Quota;
+use crate::rate_limiter::InsufficientCapacity;
+
+/// A backend's answer: decided on the spot (a local table), or a future to await (a store across
+/// the network).
+#[derive(Debug)]
+pub enum Checked<F> {
+    /// Decided already: `Err` when the cost exceeds what the key's quota ever holds at once.
+    Ready(Result<Decision, InsufficientCapacity>),
+    /// To be awaited.
+    Pending(F),
+}
+
+/// Decides whether the request of `key`, costing `cost` tokens, goes ahead.
+///
+/// Implemented for [`Keyed`] (any local limiter per key), and with the `redis` feature for
+/// [`RedisGcra`](crate::redis::RedisGcra) (keys as subjects) and
+/// [`Leased`](crate::redis::Leased) (one global key).
+pub trait Backend<K>: Send + Sync + 'static {
+    /// The future a [`Checked::Pending`] answer holds.
+    type Future: Future<Output = Result<Decision, InsufficientCapacity>> + Send + 'static;
+
+    /// Checks `cost` tokens for `key`; a cost of 0 only looks.
+    fn check(&self, key: &K, cost: u32) -> Checked<Self::Future>;
+
+    /// The quota `key` is held to, for the `RateLimit-Policy` field; `None` leaves it out.
+    fn quota(&self, key: &K) -> Option<Quota> {
+        let _ = key;
+        None
+    }
+}
+
+impl<K, L, M> Backend<K> for Keyed<K, L, M>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    L: KeyedLimiter + 'static,
+    M: KeyedStore<K, KeyEntry<L>> + Send + Sync + 'static,
+{
+    /// Never built: a local table always answers on the spot.
+    type Future = Ready<Result<Decision, InsufficientCapacity>>;
+
+    #[inline(always)]
+    fn check(&self, key: &K, cost: u32) -> Checked<Self::Future> {
+        Checked::Ready(self.check_key_n(key, cost))
+    }
+
+    fn quota(&self, key: &K) -> Option<Quota> {
+        Some(self.quota_of(key))
+    }
+}
+
+/// A shared backend: one table behind several layers, or kept to inspect.
+impl<K, T: Backend<K>> Backend<K> for alloc::sync::Arc<T> {
+    type Future = T::Future;
+
+    #[inline(always)]
+    fn check(&self, key: &K, cost: u32) -> Checked<T::Future> {
+        (**self).check(key, cost)
+    }
+
+    fn quota(&self, key: &K) -> Option<Quota> {
+        (**self).quota(key)
+    }
+}
+
+#[cfg(feature = "redis")]
+mod remote {
+    use alloc::boxed::Box;
+    use alloc::string::String;
+    use alloc::vec::Vec;
+    use core::fmt::Write;
+    use core::future::Future;
+    use core::pin::Pin;
+    use std::net::IpAddr;
+
+    use super::{Backend, Checked};
+    use crate::decision::Decision;
+    use crate::quota::Quota;
+    use crate::rate_limiter::InsufficientCapacity;
+    use crate::redis::{Leased, RedisGcra};
+
+    /// A store's answer, boxed: it crosses the network anyway.
+    pub type StoreFuture =
+        Pin<Box<dyn Future<Output = Result<Decision, InsufficientCapacity>> + Send>>;
+
+    /// A key as a Redis subject: written so that distinct keys never share a subject.
+    pub trait Subject {
+        /// Appends the subject to `out`.
+        fn write_subject(&self, out: &mut String);
+    }
+
+    impl Subject for IpAddr {
+        fn write_subject(&self, out: &mut String) {
+            let _ = write!(out, "{self}");
+        }
+    }
+
+    impl Subject for String {
+        fn write_subject(&self, out: &mut String) {
+            out.push_str(self);
+        }
+    }
+
+    impl Subject for () {
+        fn write_subject(&self, out: &mut String) {
+            out.push('*');
+        }
+    }
+
+    /// Printable ASCII but `%` as is, every other byte as `%XX`: one subject per byte string.
+    impl Subject for Vec<u8> {
+        fn write_subject(&self, out: &mut String) {
+            for &b in self {
+                if b.is_ascii_graphic() && b != b'%' {
+                    out.push(char::from(b));
+                } else {
+                    let _ = write!(out, "%{b:02X}");
+                }
+            }
+        }
+    }
+
+    impl<K: Subject + Send + Sync + 'static> Backend<K> for RedisGcra {
+        type Future = StoreFuture;
+
+        fn check(&self, key: &K, cost: u32) -> Checked<StoreFuture> {
+            let mut subject = String::new();
+            key.write_subject(&mut subject);
+            let limiter = self.clone();
+            Checked::Pending(Box::pin(
+                async move { limiter.check_n(&subject, cost).await },
+            ))
+        }
+
+        fn quota(&self, _: &K) -> Option<Quota> {
+            self.single_quota()
+        }
+    }
+
+    /// One quota for the whole service across nodes, spent from a local lease.
+    impl Backend<()> for Leased {
+        type Future = StoreFuture;
+
+        #[inline]
+        fn check(&self, _: &(), cost: u32) -> Checked<StoreFuture> {
+            if let Err(e) = InsufficientCapacity::check(cost, self.max_cost()) {
+                return Checked::Ready(Err(e));
+            }
+            match self.check_local(cost) {
+                Some(decision) => Checked::Ready(Ok(decision)),
+                None => {
+                    let leased = self.clone();
+                    Checked::Pending(Box::pin(async move { leased.check_n(cost).await }))
+                }
+            }
+        }
+
+        fn quota(&self, _: &()) -> Option<Quota> {
+            self.remote().single_quota()
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+pub use self::remote::{StoreFuture, Subject};

@@ -1,0 +1,563 @@
+//! The layer driven with `oneshot`: statuses, every header mode, each key extractor; the fields
+//! read back with a structured-field parser, as the draft requires of clients.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ::http::{HeaderMap, Request, Response, StatusCode};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use sfv::{BareItem, List, ListEntry, Parser};
+use tower::{Service, ServiceExt, service_fn};
+
+use super::*;
+use crate::{Gcra, Keyed, ManualClock, Quota};
+
+type Table<K> = Keyed<K, Gcra<ManualClock>>;
+
+async fn hello(_: Request<()>) -> Result<Response<Full<Bytes>>, Infallible> {
+    Ok(Response::new(Full::new(Bytes::from_static(b"hello"))))
+}
+
+fn from(peer: &str) -> Request<()> {
+    let mut request = Request::get("/").body(()).unwrap();
+    request
+        .extensions_mut()
+        .insert(peer.parse::<SocketAddr>().unwrap());
+    request
+}
+
+fn with_header(mut request: Request<()>, name: &str, value: &str) -> Request<()> {
+    request.headers_mut().append(
+        name.parse::<::http::HeaderName>().unwrap(),
+        value.parse().unwrap(),
+    );
+    request
+}
+
+/// One request through a fresh service of `layer`.
+async fn send<X, Be>(layer: &RateLimitLayer<X, Be>, request: Request<()>) -> Response<Bytes>
+where
+    X: KeyExtractor,
+    Be: Backend<X::Key>,
+{
+    let response = layer
+        .layer(service_fn(hello))
+        .oneshot(request)
+        .await
+        .unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Response::from_parts(parts, body)
+}
+
+use tower_layer::Layer;
+
+/// The parameters of the one member of a structured-field List, by name, as integers; and the
+/// member's String.
+fn sf_item(headers: &HeaderMap, name: &str) -> (String, Vec<(String, i64)>) {
+    let text = headers
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .to_str()
+        .unwrap();
+    let list: List = Parser::new(text)
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}: {text:?} is not a structured-field List: {e}"));
+    assert_eq!(list.len(), 1, "{name}: {text}");
+    let ListEntry::Item(item) = &list[0] else {
+        panic!("{name}: {text}: an inner list")
+    };
+    let BareItem::String(id) = &item.bare_item else {
+        panic!("{name}: {text}: the member is not a String")
+    };
+    let params = item
+        .params
+        .iter()
+        .map(|(k, v)| {
+            let BareItem::Integer(i) = v else {
+                panic!("{name}: {text}: {} is not an Integer", k.as_str())
+            };
+            (k.as_str().to_owned(), i64::from(*i))
+        })
+        .collect();
+    (id.as_str().to_owned(), params)
+}
+
+fn param(params: &[(String, i64)], name: &str) -> Option<i64> {
+    params.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
+}
+
+fn header_u64(headers: &HeaderMap, name: &str) -> u64 {
+    headers
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name}"))
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn table(quota: Quota, max_keys: usize, clock: &ManualClock) -> Arc<Table<IpAddr>> {
+    Arc::new(Keyed::gcra_with_clock(quota, max_keys, clock.clone()))
+}
+
+#[tokio::test]
+async fn refusals_are_429_with_the_ietf_fields_and_a_retry_after_rounded_up() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::new(PeerIp::new(), table(Quota::per_second(2), 10, &clock));
+    for _ in 0..2 {
+        let ok = send(&layer, from("192.0.2.1:1000")).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(ok.body(), "hello");
+        // Not asked for on admitted responses.
+        assert!(ok.headers().get("ratelimit").is_none());
+    }
+    let refused = send(&layer, from("192.0.2.1:1001")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The wait is 500 ms: one second, rounded up (tower_governor's `as_secs` would say 0).
+    assert_eq!(header_u64(refused.headers(), "retry-after"), 1);
+    let (id, limit) = sf_item(refused.headers(), "ratelimit");
+    assert_eq!(id, "default");
+    assert_eq!(param(&limit, "r"), Some(0));
+    assert_eq!(param(&limit, "t"), Some(1));
+    let (id, policy) = sf_item(refused.headers(), "ratelimit-policy");
+    assert_eq!(id, "default");
+    assert_eq!(param(&policy, "q"), Some(2));
+    assert_eq!(param(&policy, "w"), Some(1));
+    assert!(refused.body().is_empty());
+    // Another client is not affected.
+    assert_eq!(
+        send(&layer, from("192.0.2.2:1000")).await.status(),
+        StatusCode::OK
+    );
+    // After the wait, the same client passes.
+    clock.advance(Duration::from_millis(500));
+    assert_eq!(
+        send(&layer, from("192.0.2.1:1000")).await.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn retry_after_is_never_earlier_than_the_reset_beside_it_and_waiting_it_passes() {
+    // Quotas whose waits fall on, just past and well past whole seconds, and costs above 1.
+    let quotas = [
+        Quota::per_second(3),
+        Quota::per_minute(7).with_burst(2),
+        Quota::with_period(Duration::from_millis(1500)),
+        Quota::with_period(Duration::from_millis(999)).with_burst(4),
+        Quota::per_hour(1),
+    ];
+    for quota in quotas {
+        for cost in [1, 2] {
+            if cost > quota.burst() {
+                continue;
+            }
+            let clock = ManualClock::new();
+            let layer = RateLimitLayer::builder(PeerIp::new(), table(quota, 10, &clock))
+                .cost(move |_| cost)
+                .headers(Headers::Both)
+                .build();
+            let mut refused = None;
+            for _ in 0..=quota.burst() {
+                let r = send(&layer, from("192.0.2.1:1")).await;
+                if r.status() == StatusCode::TOO_MANY_REQUESTS {
+                    refused = Some(r);
+                    break;
+                }
+                clock.advance(Duration::from_millis(7));
+            }
+            let refused = refused.expect("a refusal");
+            let retry = header_u64(refused.headers(), "retry-after");
+            let (_, limit) = sf_item(refused.headers(), "ratelimit");
+            let t = param(&limit, "t").unwrap();
+            assert!(retry as i64 >= t, "{quota:?}: Retry-After {retry} < t {t}");
+            assert!(retry >= 1);
+            // Waiting a moment less than Retry-After may still be refused; waiting it passes.
+            clock.advance(Duration::from_secs(retry));
+            let again = send(&layer, from("192.0.2.1:1")).await;
+            assert_eq!(again.status(), StatusCode::OK, "{quota:?} cost {cost}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_header_mode() {
+    let quota = Quota::per_minute(60).with_burst(3);
+    let mut seen = Vec::new();
+    for mode in [Headers::Ietf, Headers::Legacy, Headers::Both, Headers::None] {
+        let clock = ManualClock::new();
+        let layer = RateLimitLayer::builder(PeerIp::new(), table(quota, 10, &clock))
+            .headers(mode)
+            .headers_on_allowed(true)
+            .policy_name("per-minute")
+            .build();
+        let ok = send(&layer, from("192.0.2.1:1")).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        let ietf = matches!(mode, Headers::Ietf | Headers::Both);
+        let legacy = matches!(mode, Headers::Legacy | Headers::Both);
+        assert_eq!(ok.headers().contains_key("ratelimit"), ietf, "{mode:?}");
+        assert_eq!(ok.headers().contains_key("ratelimit-policy"), ietf);
+        assert_eq!(ok.headers().contains_key("x-ratelimit-remaining"), legacy);
+        assert!(!ok.headers().contains_key("retry-after"));
+        if ietf {
+            let (id, limit) = sf_item(ok.headers(), "ratelimit");
+            assert_eq!(id, "per-minute");
+            assert_eq!(param(&limit, "r"), Some(2));
+            // A second till the token is back, and the quota whole again.
+            assert_eq!(param(&limit, "t"), Some(1));
+            let (_, policy) = sf_item(ok.headers(), "ratelimit-policy");
+            assert_eq!(param(&policy, "q"), Some(60));
+            assert_eq!(param(&policy, "w"), Some(60));
+        }
+        if legacy {
+            assert_eq!(header_u64(ok.headers(), "x-ratelimit-limit"), 3);
+            assert_eq!(header_u64(ok.headers(), "x-ratelimit-remaining"), 2);
+            assert_eq!(header_u64(ok.headers(), "x-ratelimit-reset"), 1);
+        }
+        send(&layer, from("192.0.2.1:1")).await;
+        send(&layer, from("192.0.2.1:1")).await;
+        let refused = send(&layer, from("192.0.2.1:1")).await;
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        // Retry-After whatever the mode.
+        assert_eq!(header_u64(refused.headers(), "retry-after"), 1);
+        assert_eq!(refused.headers().contains_key("ratelimit"), ietf);
+        assert_eq!(refused.headers().contains_key("x-ratelimit-limit"), legacy);
+        if legacy {
+            assert_eq!(header_u64(refused.headers(), "x-ratelimit-remaining"), 0);
+            assert_eq!(header_u64(refused.headers(), "x-ratelimit-reset"), 3);
+        }
+        seen.push(refused.headers().len());
+    }
+    // None carries Retry-After alone.
+    assert_eq!(seen[3], 1);
+}
+
+#[tokio::test]
+async fn a_problem_body_when_asked() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder(PeerIp::new(), table(Quota::per_second(1), 10, &clock))
+        .problem_json(true)
+        .policy_name("api \"v2\"")
+        .build();
+    send(&layer, from("192.0.2.1:1")).await;
+    let refused = send(&layer, from("192.0.2.1:1")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        refused.headers()["content-type"],
+        "application/problem+json"
+    );
+    let problem: serde_json::Value = serde_json::from_slice(refused.body()).unwrap();
+    assert_eq!(
+        problem["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["violated-policies"][0], "api \"v2\"");
+    // The escaped name parses as a String in the field too.
+    let (id, _) = sf_item(refused.headers(), "ratelimit");
+    assert_eq!(id, "api \"v2\"");
+}
+
+#[tokio::test]
+async fn a_full_table_answers_503_not_429() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder(PeerIp::new(), table(Quota::per_second(1), 1, &clock))
+        .problem_json(true)
+        .build();
+    assert_eq!(
+        send(&layer, from("192.0.2.1:1")).await.status(),
+        StatusCode::OK
+    );
+    let full = send(&layer, from("192.0.2.2:1")).await;
+    assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header_u64(full.headers(), "retry-after"), 1);
+    assert!(!full.headers().contains_key("ratelimit"));
+    let problem: serde_json::Value = serde_json::from_slice(full.body()).unwrap();
+    assert_eq!(
+        problem["type"],
+        "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        send(&layer, from("192.0.2.2:1")).await.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_cost_above_the_burst_is_refused_without_a_retry_after() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder(PeerIp::new(), table(Quota::per_second(5), 10, &clock))
+        .cost(|head| {
+            head.headers()
+                .get("x-cost")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .unwrap_or(1)
+        })
+        .build();
+    let heavy = with_header(from("192.0.2.1:1"), "x-cost", "4");
+    assert_eq!(send(&layer, heavy).await.status(), StatusCode::OK);
+    let refused = send(&layer, with_header(from("192.0.2.1:1"), "x-cost", "2")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let (_, limit) = sf_item(refused.headers(), "ratelimit");
+    assert_eq!(param(&limit, "r"), Some(1));
+    // One token is there; two are 200 ms away.
+    assert_eq!(header_u64(refused.headers(), "retry-after"), 1);
+    let never = send(&layer, with_header(from("192.0.2.1:1"), "x-cost", "6")).await;
+    assert_eq!(never.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(!never.headers().contains_key("retry-after"));
+    // A free request passes and spends nothing.
+    let free = send(&layer, with_header(from("192.0.2.1:1"), "x-cost", "0")).await;
+    assert_eq!(free.status(), StatusCode::OK);
+    assert_eq!(
+        send(&layer, from("192.0.2.1:1")).await.status(),
+        StatusCode::OK
+    );
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn key_of<X: KeyExtractor>(x: &X, request: &Request<()>) -> Result<X::Key, KeyError> {
+    x.extract(&RequestHead::of(request))
+}
+
+#[test]
+fn the_peer_address_with_ipv6_grouped() {
+    let peer = PeerIp::new();
+    assert_eq!(key_of(&peer, &from("192.0.2.1:80")), Ok(ip("192.0.2.1")));
+    assert_eq!(
+        key_of(&peer, &from("[2001:db8:1:2:3:4:5:6]:80")),
+        Ok(ip("2001:db8:1:2::"))
+    );
+    // Two addresses of one /64 are one client; of two /64s, two.
+    assert_eq!(
+        key_of(&peer, &from("[2001:db8:1:2::9]:80")),
+        key_of(&peer, &from("[2001:db8:1:2:ffff::1]:80"))
+    );
+    assert_ne!(
+        key_of(&peer, &from("[2001:db8:1:2::9]:80")),
+        key_of(&peer, &from("[2001:db8:1:3::9]:80"))
+    );
+    assert_eq!(
+        key_of(&peer, &from("[::ffff:192.0.2.1]:80")),
+        Ok(ip("192.0.2.1"))
+    );
+    assert_eq!(
+        key_of(&peer.ipv6_prefix(128), &from("[2001:db8::1]:80")),
+        Ok(ip("2001:db8::1"))
+    );
+    assert_eq!(
+        key_of(&peer.ipv6_prefix(0), &from("[2001:db8::1]:80")),
+        Ok(ip("::"))
+    );
+    assert_eq!(
+        key_of(&peer.ipv6_prefix(200), &from("[2001:db8::1]:80")),
+        Ok(ip("2001:db8::1"))
+    );
+    let bare = Request::get("/").body(()).unwrap();
+    assert_eq!(key_of(&peer, &bare), Err(KeyError::NoPeerAddress));
+}
+
+#[test]
+fn the_proxy_chain_is_read_from_the_right_and_only_behind_a_trusted_peer() {
+    let xff = ForwardedIp::new([
+        "10.0.0.0/8".parse().unwrap(),
+        "2001:db8:ff::/48".parse().unwrap(),
+    ]);
+    let via = |peer: &str, chain: &str| with_header(from(peer), "x-forwarded-for", chain);
+    // The client's own entry, on the left, is never what decides.
+    assert_eq!(
+        key_of(&xff, &via("10.0.0.1:1", "6.6.6.6, 203.0.113.9, 10.0.0.2")),
+        Ok(ip("203.0.113.9"))
+    );
+    // An untrusted peer: its header is ignored, the peer is the client.
+    assert_eq!(
+        key_of(&xff, &via("198.51.100.7:1", "203.0.113.9")),
+        Ok(ip("198.51.100.7"))
+    );
+    // No header: the trusted peer itself.
+    assert_eq!(key_of(&xff, &from("10.0.0.1:1")), Ok(ip("10.0.0.1")));
+    // All trusted: the leftmost.
+    assert_eq!(
+        key_of(&xff, &via("10.0.0.1:1", "10.9.9.9, 10.0.0.2")),
+        Ok(ip("10.9.9.9"))
+    );
+    // Not an address where the client should be: the trusted hop that wrote it.
+    assert_eq!(
+        key_of(&xff, &via("10.0.0.1:1", "6.6.6.6, garbage, 10.0.0.2")),
+        Ok(ip("10.0.0.2"))
+    );
+    assert_eq!(
+        key_of(&xff, &via("10.0.0.1:1", "unknown")),
+        Ok(ip("10.0.0.1"))
+    );
+    // Ports and brackets; IPv6 grouped.
+    assert_eq!(
+        key_of(&xff, &via("[2001:db8:ff::1]:1", "[2001:db8:1:2::7]:443")),
+        Ok(ip("2001:db8:1:2::"))
+    );
+    assert_eq!(
+        key_of(&xff, &via("10.0.0.1:1", "203.0.113.9:5555")),
+        Ok(ip("203.0.113.9"))
+    );
+    // Several field lines are one list, the last line last.
+    let mut two = via("10.0.0.1:1", "6.6.6.6");
+    two.headers_mut()
+        .append("x-forwarded-for", "203.0.113.9, 10.0.0.3".parse().unwrap());
+    assert_eq!(key_of(&xff, &two), Ok(ip("203.0.113.9")));
+
+    let fwd = ForwardedIp::new(["10.0.0.0/8".parse().unwrap()]).header(ProxyHeader::Forwarded);
+    let via = |chain: &str| with_header(from("10.0.0.1:1"), "forwarded", chain);
+    assert_eq!(
+        key_of(
+            &fwd,
+            &via("for=6.6.6.6, for=\"[2001:db8:cafe::17]:4711\";proto=https, For=10.0.0.2")
+        ),
+        Ok(ip("2001:db8:cafe::"))
+    );
+    assert_eq!(
+        key_of(&fwd, &via("for=203.0.113.9;by=10.0.0.2;proto=http")),
+        Ok(ip("203.0.113.9"))
+    );
+    // An obfuscated node, or an element with no `for`: the proxy that reported it.
+    assert_eq!(
+        key_of(&fwd, &via("for=_hidden, for=10.0.0.2")),
+        Ok(ip("10.0.0.2"))
+    );
+    assert_eq!(key_of(&fwd, &via("proto=https")), Ok(ip("10.0.0.1")));
+}
+
+#[test]
+fn a_header_global_and_custom_keys() {
+    let api = HeaderKey::new(::http::HeaderName::from_static("x-api-key"));
+    let request = with_header(from("192.0.2.1:1"), "x-api-key", "k-123");
+    assert_eq!(key_of(&api, &request), Ok(b"k-123".to_vec()));
+    assert_eq!(
+        key_of(&api, &from("192.0.2.1:1")),
+        Err(KeyError::MissingHeader(::http::HeaderName::from_static(
+            "x-api-key"
+        )))
+    );
+    assert_eq!(key_of(&GlobalKey, &from("192.0.2.1:1")), Ok(()));
+    let by_path =
+        |head: &RequestHead<'_>| -> Result<String, KeyError> { Ok(head.uri().path().to_owned()) };
+    assert_eq!(key_of(&by_path, &request), Ok("/".to_owned()));
+}
+
+#[tokio::test]
+async fn key_errors_are_answered_without_a_decision() {
+    let clock = ManualClock::new();
+    let keyed: Arc<Table<Vec<u8>>> =
+        Arc::new(Keyed::gcra_with_clock(Quota::per_second(1), 10, clock));
+    let layer = RateLimitLayer::new(
+        HeaderKey::new(::http::HeaderName::from_static("x-api-key")),
+        keyed.clone(),
+    );
+    assert_eq!(
+        send(&layer, from("192.0.2.1:1")).await.status(),
+        StatusCode::BAD_REQUEST
+    );
+    let peer = RateLimitLayer::new(
+        PeerIp::new(),
+        table(Quota::per_second(1), 10, &ManualClock::new()),
+    );
+    let no_peer = Request::get("/").body(()).unwrap();
+    assert_eq!(
+        send(&peer, no_peer).await.status(),
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert!(keyed.is_empty());
+    // Two API keys, two quotas; the same key from two addresses, one.
+    let k = |peer: &str, key: &str| with_header(from(peer), "x-api-key", key);
+    assert_eq!(
+        send(&layer, k("192.0.2.1:1", "a")).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&layer, k("192.0.2.2:1", "b")).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&layer, k("192.0.2.3:1", "a")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn the_service_is_ready_and_clones_share_the_quota() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::new(GlobalKey, table_unit(Quota::per_second(3), &clock));
+    let mut a = layer.layer(service_fn(hello));
+    let mut b = a.clone();
+    let mut admitted = 0;
+    for i in 0..10 {
+        let svc = if i % 2 == 0 { &mut a } else { &mut b };
+        // Ready even when the quota is spent: the refusal is an answer.
+        let response = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(from("192.0.2.1:1"))
+            .await
+            .unwrap();
+        admitted += usize::from(response.status() == StatusCode::OK);
+    }
+    assert_eq!(admitted, 3);
+}
+
+fn table_unit(quota: Quota, clock: &ManualClock) -> Arc<Table<()>> {
+    Arc::new(Keyed::gcra_with_clock(quota, 1, clock.clone()))
+}
+
+#[tokio::test]
+async fn the_delay_mode_waits_instead_of_refusing_and_a_dropped_request_takes_nothing() {
+    // Real time: the delay sleeps on tokio's timer, the limiter reads the default clock.
+    let keyed = Arc::new(Keyed::<IpAddr, Gcra>::gcra(
+        Quota::with_period(Duration::from_millis(300)),
+        10,
+    ));
+    let layer = RateLimitLayer::builder(PeerIp::new(), keyed.clone())
+        .delay_up_to(Duration::from_secs(1))
+        .build();
+    let start = Instant::now();
+    assert_eq!(
+        send(&layer, from("192.0.2.1:1")).await.status(),
+        StatusCode::OK
+    );
+    // Waits for the next slot, ~300 ms, instead of a 429.
+    assert_eq!(
+        send(&layer, from("192.0.2.1:1")).await.status(),
+        StatusCode::OK
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        start.elapsed()
+    );
+
+    // A request waiting for the next slot is dropped (its client went away) before it comes.
+    let waiting = tokio::spawn({
+        let layer = layer.clone();
+        async move { send(&layer, from("192.0.2.1:1")).await.status() }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    // When the slot comes, it is still there: the dropped request held nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(keyed.check_key(&ip("192.0.2.1")).is_allowed());
+
+    // A wait past the bound is refused at once.
+    let short = RateLimitLayer::builder(PeerIp::new(), keyed.clone())
+        .delay_up_to(Duration::from_millis(50))
+        .build();
+    let refused = send(&short, from("192.0.2.1:1")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header_u64(refused.headers(), "retry-after"), 1);
+}

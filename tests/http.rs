@@ -1,0 +1,338 @@
+//! The tower layer in front of a real axum server on loopback, driven by a real HTTP client.
+
+#![cfg(all(feature = "tower", feature = "axum"))]
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use atomic_limiter::http::{ForwardedIp, PeerIp, RateLimitLayer};
+use atomic_limiter::{Gcra, Keyed, ManualClock, Quota};
+use axum::Router;
+use axum::routing::get;
+use reqwest::StatusCode;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// An axum server on a free loopback port, stopped when dropped.
+struct Server {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(app: Router) -> Server {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let service = app.into_make_service_with_connect_info::<SocketAddr>();
+            axum::serve(listener, service)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        Server {
+            addr,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.abort();
+    }
+}
+
+fn hello() -> Router {
+    Router::new().route("/", get(|| async { "hello\n" }))
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+fn retry_after(response: &reqwest::Response) -> u64 {
+    response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// axum #2634's scenario: 1 500 requests at once against 5 per second. tower's own `RateLimit`
+/// let all 1 500 through; this layer admits the quota and refuses the rest with a 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifteen_hundred_concurrent_requests_admit_exactly_the_quota() {
+    // A clock moved by hand: however long the 1 500 take, exactly the burst is due.
+    let clock = ManualClock::new();
+    let keyed: Keyed<IpAddr, Gcra<ManualClock>> =
+        Keyed::gcra_with_clock(Quota::per_second(5), 1000, clock.clone());
+    let server = Server::start(hello().layer(RateLimitLayer::new(PeerIp::new(), keyed))).await;
+    let client = client();
+    for wave in 0..2 {
+        let requests: Vec<_> = (0..1500)
+            .map(|_| {
+                let (client, url) = (client.clone(), server.url());
+                tokio::spawn(async move {
+                    let response = client.get(url).send().await.unwrap();
+                    let status = response.status();
+                    let retry =
+                        (status == StatusCode::TOO_MANY_REQUESTS).then(|| retry_after(&response));
+                    (status, retry)
+                })
+            })
+            .collect();
+        let (mut admitted, mut refused) = (0, 0);
+        for request in requests {
+            match request.await.unwrap() {
+                (StatusCode::OK, _) => admitted += 1,
+                (StatusCode::TOO_MANY_REQUESTS, Some(retry)) => {
+                    assert_eq!(retry, 1);
+                    refused += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!((admitted, refused), (5, 1495), "wave {wave}");
+        // A second on: five more, exactly.
+        clock.advance(Duration::from_secs(1));
+    }
+}
+
+/// A client that waits out `Retry-After` is admitted: the value is rounded up, never down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_honouring_retry_after_is_never_refused_again() {
+    // Waits of 0.7 s, 1.4 s and so on: the fractions `as_secs()` would floor to 0 or 1.
+    for period_ms in [700, 1400] {
+        let quota = Quota::with_period(Duration::from_millis(period_ms)).with_burst(2);
+        let keyed: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 1000);
+        let server = Server::start(hello().layer(RateLimitLayer::new(PeerIp::new(), keyed))).await;
+        let client = client();
+        let mut rounds = 0;
+        // Bounded: three refusals, each waited out.
+        for _ in 0..20 {
+            let response = client.get(server.url()).send().await.unwrap();
+            if response.status() == StatusCode::OK {
+                continue;
+            }
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+            let wait = retry_after(&response);
+            // Whole seconds, at least 1, at most the period rounded up.
+            assert!((1..=period_ms.div_ceil(1000)).contains(&wait), "{wait}");
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            let after = client.get(server.url()).send().await.unwrap();
+            assert_eq!(
+                after.status(),
+                StatusCode::OK,
+                "refused after waiting {wait} s"
+            );
+            rounds += 1;
+            if rounds == 3 {
+                break;
+            }
+        }
+        assert_eq!(rounds, 3);
+    }
+}
+
+/// A client that writes its own `X-Forwarded-For` from an untrusted address keeps its own key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spoofed_forwarded_for_does_not_change_the_key() {
+    let quota = Quota::per_minute(3);
+    let client = client();
+    let send = |server: &Server, xff: String| {
+        client
+            .get(server.url())
+            .header("x-forwarded-for", xff)
+            .send()
+    };
+
+    // Loopback is not a trusted proxy here: every made-up address is still 127.0.0.1.
+    let keyed: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 1000);
+    let untrusted = ForwardedIp::new(["10.0.0.0/8".parse().unwrap()]);
+    let server = Server::start(hello().layer(RateLimitLayer::new(untrusted, keyed))).await;
+    let mut admitted = 0;
+    for i in 0..20 {
+        let response = send(&server, format!("203.0.113.{i}")).await.unwrap();
+        admitted += usize::from(response.status() == StatusCode::OK);
+    }
+    assert_eq!(admitted, 3);
+    drop(server);
+
+    // Behind a trusted proxy (loopback, here), the address it appended is the key, and what the
+    // client put before it is not.
+    let keyed: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 1000);
+    let trusted = ForwardedIp::new(["127.0.0.1/32".parse().unwrap()]);
+    let server = Server::start(hello().layer(RateLimitLayer::new(trusted, keyed))).await;
+    let mut admitted = 0;
+    for i in 0..20 {
+        // The client rotates its own entry; the proxy appends the real 198.51.100.7.
+        let response = send(&server, format!("203.0.113.{i}, 198.51.100.7"))
+            .await
+            .unwrap();
+        admitted += usize::from(response.status() == StatusCode::OK);
+    }
+    assert_eq!(admitted, 3);
+    // Distinct real clients behind the proxy each have their own quota.
+    for i in 0..5 {
+        let response = send(&server, format!("192.0.2.{i}")).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+}
+
+/// A bounded load on loopback: the admitted rate is the quota's within 1 %.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_the_admitted_rate_is_the_quota() {
+    const RATE: u64 = 400;
+    const BURST: u32 = 10;
+    let keyed: Keyed<(), Gcra> = Keyed::gcra(Quota::per_second(RATE).with_burst(BURST), 1);
+    // When each admitted request reached the handler.
+    let admitted = Arc::new(Mutex::new(Vec::<Instant>::with_capacity(4096)));
+    let app = Router::new()
+        .route(
+            "/",
+            get({
+                let admitted = admitted.clone();
+                move || {
+                    admitted.lock().unwrap().push(Instant::now());
+                    async { "ok" }
+                }
+            }),
+        )
+        .layer(RateLimitLayer::new(atomic_limiter::http::GlobalKey, keyed));
+    let server = Server::start(app).await;
+    let client = client();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, url) = (client.clone(), server.url());
+            tokio::spawn(async move {
+                let (mut ok, mut refused) = (0u64, 0u64);
+                // Bounded in time and in count.
+                for _ in 0..200_000 {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    match client.get(&url).send().await.unwrap().status() {
+                        StatusCode::OK => ok += 1,
+                        StatusCode::TOO_MANY_REQUESTS => refused += 1,
+                        other => panic!("unexpected {other}"),
+                    }
+                }
+                (ok, refused)
+            })
+        })
+        .collect();
+    let (mut ok, mut refused) = (0, 0);
+    for worker in workers {
+        let (o, r) = worker.await.unwrap();
+        ok += o;
+        refused += r;
+    }
+    let times = admitted.lock().unwrap().clone();
+    assert_eq!(times.len() as u64, ok);
+    // The demand was well over the quota, or the test says nothing.
+    assert!(
+        refused > ok,
+        "admitted {ok}, refused {refused}: the load did not saturate"
+    );
+    let span = times.last().unwrap().duration_since(times[0]).as_secs_f64();
+    let expected = f64::from(BURST) + RATE as f64 * span;
+    let error = (ok as f64 - expected).abs() / expected;
+    println!(
+        "admitted {ok} in {span:.3} s (quota allows {expected:.1}), refused {refused}: error {:.3} %",
+        error * 100.0
+    );
+    assert!(
+        error < 0.01,
+        "admitted {ok}, the quota allows {expected:.1} over {span:.3} s"
+    );
+}
+
+#[cfg(feature = "redis")]
+#[path = "../src/redis/test_server.rs"]
+mod redis_server;
+
+/// The Redis limiters behind the same layer: one quota per client address across nodes
+/// (`RedisGcra`), and one quota for the whole service spent from a local lease (`Leased`).
+#[cfg(feature = "redis")]
+mod redis_backend {
+    use super::redis_server;
+    use super::*;
+    use atomic_limiter::http::GlobalKey;
+    use atomic_limiter::redis::{LeaseOptions, Leased, RedisGcra, RedisOptions, RedisStore};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_nodes_share_one_quota_per_client_in_redis() {
+        let Some(redis) = redis_server::RedisServer::start("http redis backend") else {
+            return;
+        };
+        let options = RedisOptions::default();
+        let quota = Quota::per_minute(4);
+        // Two servers, as two nodes, with a limiter each on one Redis.
+        let mut nodes = Vec::new();
+        for _ in 0..2 {
+            let store = RedisStore::connect(&redis.url(), &options).await.unwrap();
+            let limiter = RedisGcra::new(store, "http-test", quota).unwrap();
+            let layer = RateLimitLayer::new(PeerIp::new(), limiter);
+            nodes.push(Server::start(hello().layer(layer)).await);
+        }
+        let client = client();
+        let (mut admitted, mut refused) = (0, 0);
+        for i in 0..12 {
+            let response = client.get(nodes[i % 2].url()).send().await.unwrap();
+            match response.status() {
+                StatusCode::OK => admitted += 1,
+                StatusCode::TOO_MANY_REQUESTS => {
+                    // A token every 15 s: whole seconds, never 0.
+                    assert!((1..=15).contains(&retry_after(&response)));
+                    let field = response.headers()["ratelimit"].to_str().unwrap();
+                    assert!(field.starts_with("\"default\";r=0;t="), "{field}");
+                    refused += 1;
+                }
+                other => panic!("unexpected {other}"),
+            }
+        }
+        assert_eq!((admitted, refused), (4, 8));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_global_quota_from_a_lease() {
+        let Some(redis) = redis_server::RedisServer::start("http leased backend") else {
+            return;
+        };
+        let options = RedisOptions::default();
+        let store = RedisStore::connect(&redis.url(), &options).await.unwrap();
+        let remote = RedisGcra::new(store, "http-lease", Quota::per_minute(10)).unwrap();
+        let leased = Leased::new(remote, "service", LeaseOptions::default());
+        let server = Server::start(hello().layer(RateLimitLayer::new(GlobalKey, leased))).await;
+        let client = client();
+        let mut admitted = 0;
+        for _ in 0..30 {
+            let status = client.get(server.url()).send().await.unwrap().status();
+            assert!(matches!(
+                status,
+                StatusCode::OK | StatusCode::TOO_MANY_REQUESTS
+            ));
+            admitted += usize::from(status == StatusCode::OK);
+        }
+        // The burst of 10, and at most a token more in the second the test takes.
+        assert!((10..=11).contains(&admitted), "{admitted}");
+    }
+}
