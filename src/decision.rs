@@ -344,6 +344,62 @@ impl Decision {
         }
     }
 
+    /// The time until one more whole token is back (zero when the limiter is full), rounded up to
+    /// the clock's resolution: when "additional quota is made available", the `t` of a `RateLimit`
+    /// header. Never later than [`reset_after`](Decision::reset_after); for a refused request of
+    /// one token, the same as [`retry_after`](Decision::retry_after). A window limiter's tokens
+    /// come back when its window ends, so for it this is the reset (or the retry-after, if sooner).
+    ///
+    /// ```
+    /// use atomic_limiter::{Gcra, ManualClock, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = Gcra::with_clock(Quota::per_second(10), ManualClock::new());
+    /// let d = (0..3).map(|_| limiter.check()).last().unwrap();
+    /// assert_eq!(d.remaining(), 7);
+    /// assert_eq!(d.next_token_after(), Duration::from_millis(100)); // one token back
+    /// assert_eq!(d.reset_after(), Duration::from_millis(300)); // all three back
+    /// ```
+    pub fn next_token_after(&self) -> Duration {
+        let ns = match self.detail() {
+            Detail::Time {
+                after,
+                token,
+                burst,
+                scale,
+                ..
+            } => {
+                let full = u64::from(burst).saturating_mul(token);
+                if after == 0 || token == 0 {
+                    0
+                } else {
+                    // `remaining` whole tokens are held; one more is, once the debt falls to
+                    // `(burst - remaining - 1)` tokens' worth.
+                    let remaining = full.saturating_sub(after) / token;
+                    let keep = u64::from(burst).saturating_sub(remaining + 1) * token;
+                    units_to_ns(after.saturating_sub(keep), u64::from(scale))
+                }
+            }
+            Detail::Bucket { .. } => self.bucket().next_token_ns(),
+            Detail::Eager {
+                retry_ns,
+                reset_ns,
+                remaining,
+                limit,
+            } => {
+                if remaining >= limit {
+                    0
+                } else if retry_ns > 0 {
+                    retry_ns.min(reset_ns)
+                } else {
+                    reset_ns
+                }
+            }
+            Detail::TableFull { retry_ns, .. } => retry_ns,
+        };
+        Duration::from_nanos(round_up(ns, self.resolution))
+    }
+
     /// The time until the limiter is full again (every token back), rounded up to the clock's
     /// resolution.
     pub fn reset_after(&self) -> Duration {

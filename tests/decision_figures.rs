@@ -141,3 +141,60 @@ fn decisions_and_quotas_read_in_user_terms() {
         "Quota { rate: 3, per: 1s, burst: 3, period: 333.333333ms, exact: true }"
     );
 }
+
+/// `next_token_after` is the moment one more token is held: waiting it out, a peek finds one more
+/// than the decision left; a nanosecond less (on a nanosecond clock), not yet. Never later than
+/// `reset_after`, and for a refused single token, its retry-after.
+#[test]
+fn next_token_after_is_when_one_more_token_is_back() {
+    let quotas = [
+        Quota::per_second(3),
+        Quota::per_second(100).with_burst(10),
+        Quota::with_period(Duration::from_nanos(1_234_567)).with_burst(5),
+        Quota::per_minute(7).with_burst(2),
+    ];
+    let make = |name: &str, q: Quota, clock: &ManualClock| -> Box<dyn RateLimiter> {
+        match name {
+            "gcra" => Box::new(Gcra::with_clock(q, clock.clone())),
+            "bucket" => Box::new(TokenBucket::with_clock(q, clock.clone())),
+            _ => Box::new(MutexGcra::<ManualClock>::with_clock(q, clock.clone())),
+        }
+    };
+    for q in quotas {
+        // Spend k tokens at varied spacings, then look at the last decision.
+        for k in 1..=q.burst() + 1 {
+            for step_ns in [0u64, 1, 333_333, 7_000_001] {
+                for name in ["gcra", "bucket", "mutex gcra"] {
+                    let clock = ManualClock::new();
+                    let limiter = make(name, q, &clock);
+                    let mut d = limiter.check();
+                    for _ in 1..k {
+                        clock.advance(Duration::from_nanos(step_ns));
+                        d = limiter.check();
+                    }
+                    let next = d.next_token_after();
+                    let left = d.remaining();
+                    let at = format!("{name} {q:?} k {k} step {step_ns}");
+                    assert!(next <= d.reset_after(), "{at}: {next:?} past the reset");
+                    if left >= u64::from(q.burst()) {
+                        assert_eq!(next, Duration::ZERO, "{at}: full");
+                        continue;
+                    }
+                    if d.is_denied() {
+                        assert_eq!(next, d.retry_after(), "{at}: a refused token");
+                    }
+                    if next > Duration::from_nanos(1) {
+                        clock.advance(next - Duration::from_nanos(1));
+                        let early = limiter.check_n(0).unwrap().remaining();
+                        assert_eq!(early, left, "{at}: one more a nanosecond early");
+                        clock.advance(Duration::from_nanos(1));
+                    } else {
+                        clock.advance(next);
+                    }
+                    let peek = limiter.check_n(0).unwrap().remaining();
+                    assert!(peek > left, "{at}: still {peek} after {next:?}");
+                }
+            }
+        }
+    }
+}

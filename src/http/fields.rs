@@ -157,8 +157,7 @@ fn number(n: u64) -> HeaderValue {
     HeaderValue::from_static(&DIGITS[at..at + number_len(n)])
 }
 
-/// Writes the rate-limit fields of `decision` (for a refusal too: then `t` is when the refused
-/// request would pass, the same instant `Retry-After` names).
+/// Writes the rate-limit fields of `decision`.
 pub(crate) fn write(
     out: &mut HeaderMap,
     mode: Headers,
@@ -166,12 +165,14 @@ pub(crate) fn write(
     decision: &Decision,
     quota: Option<&Quota>,
 ) {
-    // Seconds until more quota is there: for a refusal, until this request passes; for an
-    // admission, until the quota is whole again (later than the next token, so never early).
+    // Seconds until more quota is there, rounded up: for a refusal, until this request passes (the
+    // instant `Retry-After` names); for an admission, until the next token is back, and left out
+    // when none is missing.
     let t = if decision.is_allowed() {
-        secs_up(decision.reset_after())
+        let next = decision.next_token_after();
+        (!next.is_zero()).then(|| secs_up(next))
     } else {
-        decision.retry_after_secs()
+        Some(decision.retry_after_secs())
     };
     if mode.ietf() {
         let mut text = String::with_capacity(48);
@@ -189,11 +190,13 @@ pub(crate) fn write(
         }
         let _ = write!(
             text,
-            "{};r={};t={}",
+            "{};r={}",
             policy.quoted,
-            decision.remaining().min(SF_MAX),
-            t.min(SF_MAX)
+            decision.remaining().min(SF_MAX)
         );
+        if let Some(t) = t {
+            let _ = write!(text, ";t={}", t.min(SF_MAX));
+        }
         out.insert(RATELIMIT, value(text));
     }
     if mode.legacy() {

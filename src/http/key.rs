@@ -74,6 +74,8 @@ pub enum KeyError {
     NoPeerAddress,
     /// The header the key is read from is absent, answered `400`.
     MissingHeader(HeaderName),
+    /// The header's value is longer than a key may be ([`HeaderKey::max_len`]), answered `400`.
+    HeaderTooLong(HeaderName),
 }
 
 impl fmt::Display for KeyError {
@@ -83,6 +85,9 @@ impl fmt::Display for KeyError {
                 "the request carries no peer address (serve with connect info, or insert a SocketAddr extension)",
             ),
             KeyError::MissingHeader(name) => write!(f, "the request has no {name} header"),
+            KeyError::HeaderTooLong(name) => {
+                write!(f, "the request's {name} header is too long to be a key")
+            }
         }
     }
 }
@@ -332,17 +337,26 @@ fn parse_node(entry: &str, header: ProxyHeader) -> Option<IpAddr> {
         .map(IpAddr::V6)
 }
 
-/// The value of a header (an API key, a tenant id), byte for byte; a request without it is
-/// answered `400`.
+/// The value of a header (an API key, a tenant id), byte for byte; a request without it, or with
+/// a value longer than [`HeaderKey::max_len`] (256 bytes by default), is answered `400`. The
+/// bound keeps a table of `max_keys` keys within `max_keys × max_len` bytes of keys, whatever
+/// clients send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderKey {
     name: HeaderName,
+    max_len: usize,
 }
 
 impl HeaderKey {
     /// Keys by the value of the header `name`.
     pub fn new(name: HeaderName) -> HeaderKey {
-        HeaderKey { name }
+        HeaderKey { name, max_len: 256 }
+    }
+
+    /// The longest value taken as a key.
+    pub fn max_len(mut self, bytes: usize) -> HeaderKey {
+        self.max_len = bytes;
+        self
     }
 }
 
@@ -351,10 +365,14 @@ impl KeyExtractor for HeaderKey {
     type Key = Vec<u8>;
 
     fn extract(&self, head: &RequestHead<'_>) -> Result<Vec<u8>, KeyError> {
-        head.headers()
+        let value = head
+            .headers()
             .get(&self.name)
-            .map(|v| v.as_bytes().to_vec())
-            .ok_or_else(|| KeyError::MissingHeader(self.name.clone()))
+            .ok_or_else(|| KeyError::MissingHeader(self.name.clone()))?;
+        if value.len() > self.max_len {
+            return Err(KeyError::HeaderTooLong(self.name.clone()));
+        }
+        Ok(value.as_bytes().to_vec())
     }
 }
 

@@ -20,6 +20,7 @@ use super::key::{KeyError, KeyExtractor, RequestHead};
 use crate::decision::{DecidedBy, Decision};
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
+use crate::sync::{AtomicUsize, Ordering};
 
 type CostFn = Box<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
 
@@ -33,6 +34,9 @@ struct Config<X, Be> {
     problem: bool,
     policy: Arc<PolicyName>,
     delay: Option<Duration>,
+    max_waiting: usize,
+    /// Requests asleep in the delay mode now.
+    waiting: AtomicUsize,
 }
 
 /// Builds a [`RateLimitLayer`]: the key, the backend, and how answers are written.
@@ -90,6 +94,13 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayerBuilder<X, Be> {
         self
     }
 
+    /// At most this many requests wait at once in the delay mode (1 024 by default); past it, a
+    /// request is refused at once, so that a flood of them cannot pile up asleep.
+    pub fn max_waiting(mut self, requests: usize) -> Self {
+        self.config.max_waiting = requests;
+        self
+    }
+
     /// The layer.
     pub fn build(self) -> RateLimitLayer<X, Be> {
         RateLimitLayer {
@@ -139,6 +150,8 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayer<X, Be> {
                 problem: false,
                 policy: Arc::new(PolicyName::new("default")),
                 delay: None,
+                max_waiting: 1024,
+                waiting: AtomicUsize::new(0),
             },
         }
     }
@@ -282,7 +295,7 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
     fn key_error<B: From<Bytes>>(&self, error: &KeyError) -> Box<Response<B>> {
         let status = match error {
             KeyError::NoPeerAddress => StatusCode::INTERNAL_SERVER_ERROR,
-            KeyError::MissingHeader(_) => StatusCode::BAD_REQUEST,
+            KeyError::MissingHeader(_) | KeyError::HeaderTooLong(_) => StatusCode::BAD_REQUEST,
         };
         let body = Bytes::from(alloc::format!("{error}\n"));
         let mut response = Response::new(B::from(body));
@@ -300,6 +313,34 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         tokio::runtime::Handle::try_current().ok()?;
         let nap = decision.retry_after().max(Duration::from_nanos(1));
         (waited.saturating_add(nap) <= max_wait).then_some(nap)
+    }
+}
+
+/// A place among the requests asleep in the delay mode, given back when dropped (woken, or the
+/// request dropped while asleep).
+struct WaitSlot<'a> {
+    waiting: &'a AtomicUsize,
+}
+
+impl<'a> WaitSlot<'a> {
+    fn take<X, Be>(config: &'a Config<X, Be>) -> Option<WaitSlot<'a>> {
+        // Relaxed: a count; the bound is all it guards.
+        config
+            .waiting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < config.max_waiting).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| WaitSlot {
+                waiting: &config.waiting,
+            })
+    }
+}
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        // Relaxed: as in `take`.
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -422,8 +463,11 @@ impl<S, X, Be> RateLimitService<S, X, Be> {
                     Ok(decision) if !decision.is_allowed() => config.nap(decision, waited),
                     _ => None,
                 };
-                if let Some(nap) = nap {
+                let slot = nap.and_then(|nap| Some((nap, WaitSlot::take(&config)?)));
+                if let Some((nap, slot)) = slot {
                     tokio::time::sleep(nap).await;
+                    // Given back here, or on drop if the request is dropped asleep.
+                    drop(slot);
                     waited += nap;
                     continue;
                 }

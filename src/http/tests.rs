@@ -444,6 +444,15 @@ fn a_header_global_and_custom_keys() {
             "x-api-key"
         )))
     );
+    // A value past the bound is no key: a flood of long values cannot swell the table.
+    let long = with_header(from("192.0.2.1:1"), "x-api-key", &"k".repeat(257));
+    assert_eq!(
+        key_of(&api, &long),
+        Err(KeyError::HeaderTooLong(::http::HeaderName::from_static(
+            "x-api-key"
+        )))
+    );
+    assert!(key_of(&api.clone().max_len(300), &long).is_ok());
     assert_eq!(key_of(&GlobalKey, &from("192.0.2.1:1")), Ok(()));
     let by_path =
         |head: &RequestHead<'_>| -> Result<String, KeyError> { Ok(head.uri().path().to_owned()) };
@@ -560,4 +569,67 @@ async fn the_delay_mode_waits_instead_of_refusing_and_a_dropped_request_takes_no
     let refused = send(&short, from("192.0.2.1:1")).await;
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header_u64(refused.headers(), "retry-after"), 1);
+}
+
+#[tokio::test]
+async fn t_on_an_admission_is_when_the_next_token_is_back() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder(
+        PeerIp::new(),
+        table(Quota::per_second(1).with_burst(5), 10, &clock),
+    )
+    .headers(Headers::Both)
+    .headers_on_allowed(true)
+    .cost(|head| u32::from(head.uri().path() != "/free"))
+    .build();
+    // A request that spends nothing finds the quota whole: no `t`, nothing to wait for.
+    let mut free = Request::get("/free").body(()).unwrap();
+    free.extensions_mut()
+        .insert("192.0.2.1:1".parse::<SocketAddr>().unwrap());
+    let whole = send(&layer, free).await;
+    let (_, limit) = sf_item(whole.headers(), "ratelimit");
+    assert_eq!((param(&limit, "r"), param(&limit, "t")), (Some(5), None));
+    for _ in 0..3 {
+        send(&layer, from("192.0.2.1:1")).await;
+    }
+    clock.advance(Duration::from_millis(300));
+    let third = send(&layer, from("192.0.2.1:1")).await;
+    let (_, limit) = sf_item(third.headers(), "ratelimit");
+    // One token back 0.7 s from now (t = 1), all four in 3.7 s (the legacy reset, 4).
+    assert_eq!((param(&limit, "r"), param(&limit, "t")), (Some(1), Some(1)));
+    assert_eq!(header_u64(third.headers(), "x-ratelimit-reset"), 4);
+}
+
+#[tokio::test]
+async fn at_most_max_waiting_requests_sleep_at_once() {
+    let keyed = Arc::new(Keyed::<IpAddr, Gcra>::gcra(
+        Quota::with_period(Duration::from_millis(200)),
+        10,
+    ));
+    let layer = RateLimitLayer::builder(PeerIp::new(), keyed.clone())
+        .delay_up_to(Duration::from_secs(2))
+        .max_waiting(1)
+        .build();
+    assert_eq!(
+        send(&layer, from("192.0.2.1:1")).await.status(),
+        StatusCode::OK
+    );
+    let asleep = tokio::spawn({
+        let layer = layer.clone();
+        async move { send(&layer, from("192.0.2.1:1")).await.status() }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The one place is taken: refused at once, not queued.
+    let start = Instant::now();
+    let second = send(&layer, from("192.0.2.1:1")).await;
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(start.elapsed() < Duration::from_millis(100));
+    // Dropped asleep, the request gives its place back.
+    asleep.abort();
+    assert!(asleep.await.unwrap_err().is_cancelled());
+    let third = tokio::spawn({
+        let layer = layer.clone();
+        async move { send(&layer, from("192.0.2.1:1")).await.status() }
+    });
+    assert_eq!(third.await.unwrap(), StatusCode::OK);
 }

@@ -415,6 +415,15 @@ impl BucketFigures {
         self.ns_until(u64::from(self.need))
     }
 
+    /// Nanoseconds until one more whole token is held (0 when full).
+    pub(crate) fn next_token_ns(self) -> u64 {
+        let tokens = u64::from(self.tokens);
+        if tokens >= self.cap() {
+            return 0;
+        }
+        self.ns_until(UNIT - tokens % UNIT)
+    }
+
     #[inline]
     pub(crate) fn reset_ns(self) -> u64 {
         self.ns_until(self.cap().saturating_sub(u64::from(self.tokens)))
