@@ -9,7 +9,11 @@
 mod subjects;
 
 use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::num::NonZeroU32;
 use std::time::Duration;
+
+use atomic_limiter::{Gcra, Keyed, Quota};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use subjects::{Path, request, subjects};
@@ -29,6 +33,32 @@ fn layers(c: &mut Criterion) {
         }
         group.finish();
     }
+    // The tables alone, on the same addresses: what of the layer's cost is the keyed check.
+    let quota = Quota::with_period(Duration::from_nanos(1)).with_burst(1_000_000);
+    let ours: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 2 * subjects::CLIENTS as usize);
+    let theirs = governor::RateLimiter::<IpAddr, _, _>::dashmap(
+        governor::Quota::with_period(Duration::from_nanos(1))
+            .unwrap()
+            .allow_burst(NonZeroU32::new(1_000_000).unwrap()),
+    );
+    let ips: Vec<IpAddr> = (0..subjects::CLIENTS)
+        .map(|i| IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + i)))
+        .collect();
+    let mut group = c.benchmark_group("http layer/the keyed table alone");
+    let mut i = 0;
+    group.bench_function("atomic-limiter Keyed", |b| {
+        b.iter(|| {
+            i = (i + 1) % ips.len();
+            black_box(ours.check_key(&ips[i]).is_allowed())
+        })
+    });
+    group.bench_function("governor keyed", |b| {
+        b.iter(|| {
+            i = (i + 1) % ips.len();
+            black_box(theirs.check_key(&ips[i]).is_ok())
+        })
+    });
+    group.finish();
 }
 
 criterion_group! {

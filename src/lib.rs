@@ -21,6 +21,8 @@
 //! | [`Wait`], [`WaitError`] | waiting instead of rejecting: [`RateLimiter::wait_n`], [`RateLimiter::until_n_ready_with`] |
 //! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
 //! | `baseline` (feature) | the textbook mutex limiters, for benchmarks and differential tests |
+//! | `redis` (feature) | one quota across nodes, in Redis: `RedisGcra`, `Leased` |
+//! | `http` (feature `tower`) | a tower layer: `429` with `Retry-After` and the `RateLimit` fields |
 //!
 //! Long-form documents live in the repository's `docs/` folder and in [`docs`]: [`docs::design`]
 //! (the maths, the packed layouts, the range analysis and the memory-ordering argument),

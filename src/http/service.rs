@@ -395,7 +395,7 @@ where
         let cost = config.cost.as_ref().map_or(1, |cost| cost(&head));
         let checked = match config.backend.check(&key, cost) {
             // Admitted on the spot with nothing to add: the common path, all inline.
-            Checked::Ready(Ok(d))
+            Checked::Ready(Ok(ref d))
                 if d.is_allowed() && config.delay.is_none() && !config.fields_on_allowed() =>
             {
                 return ResponseFuture {
