@@ -197,8 +197,8 @@ impl<S, X, Be> core::fmt::Debug for RateLimitService<S, X, Be> {
 /// What a decision leads to: the request goes on (with the fields for its response, if any), or
 /// the layer answers it.
 ///
-/// Both boxed: the admitted path moves a verdict and a response future, which would otherwise
-/// carry a whole response and header map by value (measured: half the layer's cost in memcpy).
+/// Both boxed, so that a verdict, and the response future it becomes, stay a few words on the
+/// admitted path instead of carrying a whole response by value.
 enum Verdict<B: From<Bytes>> {
     Pass(Option<Box<Fields>>),
     Answer(Box<Response<B>>),
@@ -300,6 +300,10 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         let body = Bytes::from(alloc::format!("{error}\n"));
         let mut response = Response::new(B::from(body));
         *response.status_mut() = status;
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
         Box::new(response)
     }
 
@@ -395,9 +399,7 @@ where
         let cost = config.cost.as_ref().map_or(1, |cost| cost(&head));
         let checked = match config.backend.check(&key, cost) {
             // Admitted on the spot with nothing to add: the common path, all inline.
-            Checked::Ready(Ok(ref d))
-                if d.is_allowed() && config.delay.is_none() && !config.fields_on_allowed() =>
-            {
+            Checked::Ready(Ok(ref d)) if d.is_allowed() && !config.fields_on_allowed() => {
                 return ResponseFuture {
                     state: State::Inner {
                         future: self.inner.call(request),
@@ -405,8 +407,11 @@ where
                     },
                 };
             }
-            // Decided on the spot: nothing boxed but a refusal's response.
-            Checked::Ready(answer) if config.delay.is_none() => {
+            // Decided on the spot, with no delay to wait out: nothing boxed but a refusal's
+            // response.
+            Checked::Ready(answer)
+                if config.delay.is_none() || answer.as_ref().is_ok_and(Decision::is_allowed) =>
+            {
                 return match config.verdict::<ResB>(&key, answer) {
                     Verdict::Pass(fields) => ResponseFuture {
                         state: State::Inner {
