@@ -16,17 +16,24 @@ use std::time::Duration;
 use atomic_limiter::{Gcra, Keyed, Quota};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use subjects::{Path, request, subjects};
+use subjects::{CLIENTS, Path, request, subjects};
 
 fn layers(c: &mut Criterion) {
-    for path in [Path::Admitted, Path::AdmittedWithHeaders, Path::Refused] {
-        let mut group = c.benchmark_group(format!("http layer/{}", path.name()));
+    let cases = [
+        (Path::Admitted, CLIENTS),
+        (Path::AdmittedWithHeaders, CLIENTS),
+        (Path::Refused, CLIENTS),
+        (Path::Admitted, 100_000),
+    ];
+    for (path, clients) in cases {
+        let name = format!("http layer/{}, {clients} clients", path.name());
+        let mut group = c.benchmark_group(name);
         group.throughput(Throughput::Elements(1));
         let mut i = 0u32;
-        for (name, mut subject) in subjects(path) {
+        for (name, mut subject) in subjects(path, clients) {
             group.bench_function(name, |b| {
                 b.iter(|| {
-                    i = i.wrapping_add(1);
+                    i = (i + 1) % clients;
                     black_box(subject(request(i)))
                 })
             });
@@ -34,31 +41,34 @@ fn layers(c: &mut Criterion) {
         group.finish();
     }
     // The tables alone, on the same addresses: what of the layer's cost is the keyed check.
-    let quota = Quota::with_period(Duration::from_nanos(1)).with_burst(1_000_000);
-    let ours: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 2 * subjects::CLIENTS as usize);
-    let theirs = governor::RateLimiter::<IpAddr, _, _>::dashmap(
-        governor::Quota::with_period(Duration::from_nanos(1))
-            .unwrap()
-            .allow_burst(NonZeroU32::new(1_000_000).unwrap()),
-    );
-    let ips: Vec<IpAddr> = (0..subjects::CLIENTS)
-        .map(|i| IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + i)))
-        .collect();
-    let mut group = c.benchmark_group("http layer/the keyed table alone");
-    let mut i = 0;
-    group.bench_function("atomic-limiter Keyed", |b| {
-        b.iter(|| {
-            i = (i + 1) % ips.len();
-            black_box(ours.check_key(&ips[i]).is_allowed())
-        })
-    });
-    group.bench_function("governor keyed", |b| {
-        b.iter(|| {
-            i = (i + 1) % ips.len();
-            black_box(theirs.check_key(&ips[i]).is_ok())
-        })
-    });
-    group.finish();
+    for clients in [CLIENTS, 100_000] {
+        let quota = Quota::with_period(Duration::from_nanos(1)).with_burst(1_000_000);
+        let ours: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 2 * clients as usize);
+        let theirs = governor::RateLimiter::<IpAddr, _, _>::dashmap(
+            governor::Quota::with_period(Duration::from_nanos(1))
+                .unwrap()
+                .allow_burst(NonZeroU32::new(1_000_000).unwrap()),
+        );
+        let ips: Vec<IpAddr> = (0..clients)
+            .map(|i| IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + i)))
+            .collect();
+        let mut group =
+            c.benchmark_group(format!("http layer/the keyed table alone, {clients} keys"));
+        let mut i = 0;
+        group.bench_function("atomic-limiter Keyed", |b| {
+            b.iter(|| {
+                i = (i + 1) % ips.len();
+                black_box(ours.check_key(&ips[i]).is_allowed())
+            })
+        });
+        group.bench_function("governor keyed", |b| {
+            b.iter(|| {
+                i = (i + 1) % ips.len();
+                black_box(theirs.check_key(&ips[i]).is_ok())
+            })
+        });
+        group.finish();
+    }
 }
 
 criterion_group! {

@@ -8,9 +8,9 @@
 //!
 //! `PORT` picks another port. Stop it with Ctrl-C.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
-use atomic_limiter::http::{Headers, PeerIp, RateLimitLayer};
+use atomic_limiter::http::{Headers, IpKey, PeerIp, RateLimitLayer};
 use atomic_limiter::{Gcra, Keyed, Quota};
 use axum::Router;
 use axum::routing::get;
@@ -22,7 +22,7 @@ async fn main() -> std::io::Result<()> {
         .and_then(|p| p.parse().ok())
         .unwrap_or(3000);
     // One GCRA per client address (IPv6 grouped by /64), at most 100 000 addresses held.
-    let per_client: Keyed<IpAddr, Gcra> = Keyed::gcra(Quota::per_second(5), 100_000);
+    let per_client: Keyed<IpKey, Gcra> = Keyed::gcra(Quota::per_second(5), 100_000);
     let limit = RateLimitLayer::builder(PeerIp::new(), per_client)
         .headers(Headers::Ietf)
         .headers_on_allowed(true)

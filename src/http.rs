@@ -71,7 +71,8 @@ pub use self::backend::{Backend, Checked};
 pub use self::backend::{StoreFuture, Subject};
 pub use self::fields::Headers;
 pub use self::key::{
-    ForwardedIp, GlobalKey, HeaderKey, KeyError, KeyExtractor, PeerIp, ProxyHeader, RequestHead,
+    ForwardedIp, GlobalKey, HeaderKey, IpKey, KeyError, KeyExtractor, PeerIp, ProxyHeader,
+    RequestHead,
 };
 pub use self::service::{RateLimitLayer, RateLimitLayerBuilder, RateLimitService, ResponseFuture};
 pub use ipnet::IpNet;

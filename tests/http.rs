@@ -2,11 +2,11 @@
 
 #![cfg(all(feature = "tower", feature = "axum"))]
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use atomic_limiter::http::{ForwardedIp, PeerIp, RateLimitLayer};
+use atomic_limiter::http::{ForwardedIp, IpKey, PeerIp, RateLimitLayer};
 use atomic_limiter::{Gcra, Keyed, ManualClock, Quota};
 use axum::Router;
 use axum::routing::get;
@@ -81,7 +81,7 @@ fn retry_after(response: &reqwest::Response) -> u64 {
 async fn fifteen_hundred_concurrent_requests_admit_exactly_the_quota() {
     // A clock moved by hand: however long the 1 500 take, exactly the burst is due.
     let clock = ManualClock::new();
-    let keyed: Keyed<IpAddr, Gcra<ManualClock>> =
+    let keyed: Keyed<IpKey, Gcra<ManualClock>> =
         Keyed::gcra_with_clock(Quota::per_second(5), 1000, clock.clone());
     let server = Server::start(hello().layer(RateLimitLayer::new(PeerIp::new(), keyed))).await;
     let client = client();
@@ -121,7 +121,7 @@ async fn a_client_honouring_retry_after_is_never_refused_again() {
     // Waits of 0.7 s, 1.4 s and so on: the fractions `as_secs()` would floor to 0 or 1.
     for period_ms in [700, 1400] {
         let quota = Quota::with_period(Duration::from_millis(period_ms)).with_burst(2);
-        let keyed: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 1000);
+        let keyed: Keyed<IpKey, Gcra> = Keyed::gcra(quota, 1000);
         let server = Server::start(hello().layer(RateLimitLayer::new(PeerIp::new(), keyed))).await;
         let client = client();
         let mut rounds = 0;
@@ -164,7 +164,7 @@ async fn a_spoofed_forwarded_for_does_not_change_the_key() {
     };
 
     // Loopback is not a trusted proxy here: every made-up address is still 127.0.0.1.
-    let keyed: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 1000);
+    let keyed: Keyed<IpKey, Gcra> = Keyed::gcra(quota, 1000);
     let untrusted = ForwardedIp::new(["10.0.0.0/8".parse().unwrap()]);
     let server = Server::start(hello().layer(RateLimitLayer::new(untrusted, keyed))).await;
     let mut admitted = 0;
@@ -177,7 +177,7 @@ async fn a_spoofed_forwarded_for_does_not_change_the_key() {
 
     // Behind a trusted proxy (loopback, here), the address it appended is the key, and what the
     // client put before it is not.
-    let keyed: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 1000);
+    let keyed: Keyed<IpKey, Gcra> = Keyed::gcra(quota, 1000);
     let trusted = ForwardedIp::new(["127.0.0.1/32".parse().unwrap()]);
     let server = Server::start(hello().layer(RateLimitLayer::new(trusted, keyed))).await;
     let mut admitted = 0;

@@ -9,7 +9,7 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use atomic_limiter::http::{Headers, PeerIp, RateLimitLayer};
+use atomic_limiter::http::{Headers, IpKey, PeerIp, RateLimitLayer};
 use atomic_limiter::{Gcra, Keyed, Quota};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -19,12 +19,13 @@ use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::key_extractor::PeerIpKeyExtractor;
 
-/// Distinct client addresses the requests cycle through.
+/// Distinct client addresses the requests cycle through, by default.
 pub const CLIENTS: u32 = 1024;
 
-/// Request `i`: `GET /` from one of [`CLIENTS`] addresses, as axum's `ConnectInfo` carries it.
+/// Request `i`: `GET /` from client address `i` (the caller keeps `i` below its client count), as
+/// axum's `ConnectInfo` carries it.
 pub fn request(i: u32) -> Request<Body> {
-    let ip = IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + (i % CLIENTS)));
+    let ip = IpAddr::V4(Ipv4Addr::from(0x0A00_0000 + i));
     let mut request = Request::get("/").body(Body::empty()).unwrap();
     request
         .extensions_mut()
@@ -77,16 +78,16 @@ impl Path {
     }
 }
 
-/// `[no layer, atomic-limiter, tower_governor]` on `path`, each client already seen (and, when
-/// refusing, already out of tokens), every status checked once.
-pub fn subjects(path: Path) -> [(&'static str, Subject); 3] {
+/// `[no layer, atomic-limiter, tower_governor]` on `path` for `clients` addresses, each already
+/// seen (and, when refusing, already out of tokens), every status checked once.
+pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 3] {
     let (per, burst) = match path {
         Path::Refused => (Duration::from_secs(3600), 1),
         _ => (Duration::from_nanos(1), 1_000_000),
     };
     let headers = path == Path::AdmittedWithHeaders;
     let quota = Quota::with_period(per).with_burst(burst);
-    let keyed: Keyed<IpAddr, Gcra> = Keyed::gcra(quota, 2 * CLIENTS as usize);
+    let keyed: Keyed<IpKey, Gcra> = Keyed::gcra(quota, 2 * clients as usize);
     // The legacy fields: what tower_governor writes, so both write alike.
     let ours = RateLimitLayer::builder(PeerIp::new(), keyed)
         .headers(Headers::Legacy)
@@ -113,7 +114,7 @@ pub fn subjects(path: Path) -> [(&'static str, Subject); 3] {
     let mut bare = inner();
     let none: Subject = Box::new(move |r| call(&mut bare, r));
 
-    for i in 0..CLIENTS {
+    for i in 0..clients {
         assert_eq!((ours(request(i)), theirs(request(i))), (200, 200));
         if path == Path::Refused {
             assert_eq!((ours(request(i)), theirs(request(i))), (429, 429));

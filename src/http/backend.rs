@@ -79,10 +79,10 @@ mod remote {
     use core::fmt::Write;
     use core::future::Future;
     use core::pin::Pin;
-    use std::net::IpAddr;
 
     use super::{Backend, Checked};
     use crate::decision::Decision;
+    use crate::http::key::IpKey;
     use crate::quota::Quota;
     use crate::rate_limiter::InsufficientCapacity;
     use crate::redis::{Leased, RedisGcra};
@@ -97,7 +97,7 @@ mod remote {
         fn write_subject(&self, out: &mut String);
     }
 
-    impl Subject for IpAddr {
+    impl Subject for IpKey {
         fn write_subject(&self, out: &mut String) {
             let _ = write!(out, "{self}");
         }

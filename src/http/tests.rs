@@ -100,7 +100,7 @@ fn header_u64(headers: &HeaderMap, name: &str) -> u64 {
         .unwrap()
 }
 
-fn table(quota: Quota, max_keys: usize, clock: &ManualClock) -> Arc<Table<IpAddr>> {
+fn table(quota: Quota, max_keys: usize, clock: &ManualClock) -> Arc<Table<IpKey>> {
     Arc::new(Keyed::gcra_with_clock(quota, max_keys, clock.clone()))
 }
 
@@ -319,8 +319,8 @@ async fn a_cost_above_the_burst_is_refused_without_a_retry_after() {
     );
 }
 
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
+fn ip(s: &str) -> IpKey {
+    IpKey::from(s.parse::<IpAddr>().unwrap())
 }
 
 fn key_of<X: KeyExtractor>(x: &X, request: &Request<()>) -> Result<X::Key, KeyError> {
@@ -527,7 +527,7 @@ fn table_unit(quota: Quota, clock: &ManualClock) -> Arc<Table<()>> {
 #[tokio::test]
 async fn the_delay_mode_waits_instead_of_refusing_and_a_dropped_request_takes_nothing() {
     // Real time: the delay sleeps on tokio's timer, the limiter reads the default clock.
-    let keyed = Arc::new(Keyed::<IpAddr, Gcra>::gcra(
+    let keyed = Arc::new(Keyed::<IpKey, Gcra>::gcra(
         Quota::with_period(Duration::from_millis(300)),
         10,
     ));
@@ -602,7 +602,7 @@ async fn t_on_an_admission_is_when_the_next_token_is_back() {
 
 #[tokio::test]
 async fn at_most_max_waiting_requests_sleep_at_once() {
-    let keyed = Arc::new(Keyed::<IpAddr, Gcra>::gcra(
+    let keyed = Arc::new(Keyed::<IpKey, Gcra>::gcra(
         Quota::with_period(Duration::from_millis(200)),
         10,
     ));
