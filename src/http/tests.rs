@@ -633,3 +633,105 @@ async fn at_most_max_waiting_requests_sleep_at_once() {
     });
     assert_eq!(third.await.unwrap(), StatusCode::OK);
 }
+
+mod chains {
+    //! Whatever a client writes into the proxy chain, the key is the address the first trusted
+    //! proxy saw (or, where it hid it, that proxy): random client-written prefixes (addresses,
+    //! trusted addresses, garbage, commas, quotes, `for=`), then the real client, then the trusted
+    //! proxies that appended themselves.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn trusted() -> Vec<ipnet::IpNet> {
+        ["10.0.0.0/8", "192.168.1.0/24", "2001:db8:ff::/48"]
+            .iter()
+            .map(|n| n.parse().unwrap())
+            .collect()
+    }
+
+    fn junk() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}",
+            Just("10.1.2.3".to_owned()),
+            Just("192.168.1.9".to_owned()),
+            Just("[2001:db8:ff::1]:80".to_owned()),
+            Just("unknown".to_owned()),
+            Just("for=6.6.6.6".to_owned()),
+            Just("\"for=7.7.7.7, 8.8.8.8\"".to_owned()),
+            "[ -~]{0,12}",
+        ]
+    }
+
+    /// A client address outside every trusted range.
+    fn client() -> impl Strategy<Value = IpAddr> {
+        prop_oneof![
+            (11u8..=191, any::<u8>(), any::<u8>(), 1u8..=254)
+                .prop_map(|(a, b, c, d)| IpAddr::from([a, b, c, d])),
+            any::<u64>().prop_map(|low| {
+                IpAddr::from(std::net::Ipv6Addr::from(
+                    (0x2001_0db8_0001_u128 << 80) | u128::from(low),
+                ))
+            }),
+        ]
+    }
+
+    fn proxy() -> impl Strategy<Value = IpAddr> {
+        prop_oneof![
+            (any::<u8>(), any::<u8>(), 1u8..=254).prop_map(|(b, c, d)| IpAddr::from([10, b, c, d])),
+            (1u8..=254).prop_map(|d| IpAddr::from([192, 168, 1, d])),
+        ]
+    }
+
+    fn node(ip: IpAddr, header: ProxyHeader) -> String {
+        match (header, ip) {
+            (ProxyHeader::Forwarded, IpAddr::V6(v6)) => format!("for=\"[{v6}]:4711\""),
+            (ProxyHeader::Forwarded, ip) => format!("for={ip};proto=https"),
+            (_, ip) => ip.to_string(),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn a_client_cannot_choose_its_key(
+            written in proptest::collection::vec(junk(), 0..6),
+            real in client(),
+            hidden in any::<bool>(),
+            hops in proptest::collection::vec(proxy(), 0..4),
+            peer in proxy(),
+            forwarded in any::<bool>(),
+            split_lines in any::<bool>(),
+        ) {
+            let header = if forwarded { ProxyHeader::Forwarded } else { ProxyHeader::XForwardedFor };
+            let name = if forwarded { "forwarded" } else { "x-forwarded-for" };
+            let key = ForwardedIp::new(trusted()).header(header).ipv6_prefix(128);
+            // What the client sent, then what each proxy appended (the first one the real client).
+            let client_part = written.join(", ");
+            // Or the first proxy hid the client (`unknown`): then the key is the proxy that wrote
+            // that, the next hop to the right.
+            let first = if hidden { "unknown".to_owned() } else { node(real, header) };
+            let first = if hidden && forwarded { format!("for={first}") } else { first };
+            let mut appended = vec![first];
+            appended.extend(hops.iter().map(|h| node(*h, header)));
+            let mut request = from(&SocketAddr::new(peer, 443).to_string());
+            let proxies_part = appended.join(", ");
+            let lines: Vec<String> = if split_lines {
+                vec![client_part, proxies_part]
+            } else if client_part.is_empty() {
+                vec![proxies_part]
+            } else {
+                vec![format!("{client_part}, {proxies_part}")]
+            };
+            for line in lines {
+                if let Ok(value) = ::http::HeaderValue::from_str(&line) {
+                    request.headers_mut().append(name, value);
+                } else {
+                    return Ok(());
+                }
+            }
+            let expected = if hidden { hops.first().copied().unwrap_or(peer) } else { real };
+            prop_assert_eq!(key_of(&key, &request), Ok(IpKey::from(expected)));
+        }
+    }
+}
