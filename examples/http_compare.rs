@@ -153,8 +153,8 @@ fn main() {
     println!("The HTTP layer next to tower_governor (lower is better)\n");
     let mut verdicts = Vec::new();
     println!(
-        "{:<34} {:>12} {:>16} {:>16} {:>10}",
-        "path", "no layer", "atomic-limiter", "tower_governor", "ratio"
+        "{:<34} {:>12} {:>16} {:>16} {:>10} {:>14}",
+        "path", "no layer", "atomic-limiter", "tower_governor", "ratio", "floor"
     );
     let cases = [
         (Path::Admitted, CLIENTS),
@@ -185,23 +185,26 @@ fn main() {
                 .map(|(t, n)| (t - n).max(0.1))
                 .collect()
         };
-        let (ours, theirs) = (own(1), own(2));
+        let (ours, theirs, floor) = (own(1), own(2), own(3));
         let ratio = median(ours.iter().zip(&theirs).map(|(o, t)| o / t).collect());
         println!(
-            "{:<34} {:>9.1} ns {:>10.1} ns (+{:>3.0}) {:>10.1} ns (+{:>3.0}) {:>9.2}x",
+            "{:<34} {:>9.1} ns {:>10.1} ns (+{:>3.0}) {:>10.1} ns (+{:>3.0}) {:>9.2}x {:>7.1} ns (+{:>3.0})",
             label,
             median(none.clone()),
             median(costs[1].1.clone()),
             median(ours.clone()),
             median(costs[2].1.clone()),
             median(theirs.clone()),
-            ratio
+            ratio,
+            median(costs[3].1.clone()),
+            median(floor.clone()),
         );
         verdicts.push((label, ratio));
     }
     println!(
         "\n(+N: the layer's own cost, over building and serving the request with no layer; ratio:\n\
-         atomic-limiter's own cost over tower_governor's, below 1 is faster)\n"
+         atomic-limiter's own cost over tower_governor's, below 1 is faster; floor: the peer address,\n\
+         one check of the same Keyed and the inner service, by hand, with no layer and no fields)\n"
     );
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

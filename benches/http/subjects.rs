@@ -78,9 +78,11 @@ impl Path {
     }
 }
 
-/// `[no layer, atomic-limiter, tower_governor]` on `path` for `clients` addresses, each already
-/// seen (and, when refusing, already out of tokens), every status checked once.
-pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 3] {
+/// `[no layer, atomic-limiter, tower_governor, floor]` on `path` for `clients` addresses, each
+/// already seen (and, when refusing, already out of tokens), every status checked once. The floor
+/// is the least a layer on `Keyed` can do: the peer address from the extensions, one keyed check,
+/// the inner service or a bare 429, written by hand with no tower layer and no fields.
+pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 4] {
     let (per, burst) = match path {
         Path::Refused => (Duration::from_secs(3600), 1),
         _ => (Duration::from_nanos(1), 1_000_000),
@@ -114,15 +116,31 @@ pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 3] {
     let mut bare = inner();
     let none: Subject = Box::new(move |r| call(&mut bare, r));
 
+    let table: Keyed<IpKey, Gcra> = Keyed::gcra(quota, 2 * clients as usize);
+    let mut behind = inner();
+    let mut floor: Subject = Box::new(move |r: Request<Body>| {
+        let Some(peer) = r.extensions().get::<ConnectInfo<SocketAddr>>() else {
+            return 500;
+        };
+        if table.check_key(&IpKey::from(peer.0.ip())).is_allowed() {
+            call(&mut behind, r)
+        } else {
+            429
+        }
+    });
+
     for i in 0..clients {
-        assert_eq!((ours(request(i)), theirs(request(i))), (200, 200));
+        let statuses = (ours(request(i)), theirs(request(i)), floor(request(i)));
+        assert_eq!(statuses, (200, 200, 200));
         if path == Path::Refused {
-            assert_eq!((ours(request(i)), theirs(request(i))), (429, 429));
+            let statuses = (ours(request(i)), theirs(request(i)), floor(request(i)));
+            assert_eq!(statuses, (429, 429, 429));
         }
     }
     [
         ("no layer", none),
         ("atomic-limiter", ours),
         ("tower_governor", theirs),
+        ("floor", floor),
     ]
 }

@@ -1,6 +1,6 @@
 //! What decides a request: the backend trait, for a local [`Keyed`] table and the Redis limiters.
 
-use core::future::{Future, Ready};
+use core::future::{Future, Pending};
 use core::hash::Hash;
 
 use crate::decision::Decision;
@@ -44,8 +44,9 @@ where
     L: KeyedLimiter + 'static,
     M: KeyedStore<K, KeyEntry<L>> + Send + Sync + 'static,
 {
-    /// Never built: a local table always answers on the spot.
-    type Future = Ready<Result<Decision, InsufficientCapacity>>;
+    /// Never built: a local table always answers on the spot (`Pending` is empty, so the answer
+    /// carries nothing for it).
+    type Future = Pending<Result<Decision, InsufficientCapacity>>;
 
     #[inline(always)]
     fn check(&self, key: &K, cost: u32) -> Checked<Self::Future> {
