@@ -12,8 +12,12 @@
 //! the median and the spread (min to max). Ratios are taken per repetition between subjects measured
 //! back to back, then the median of those.
 
+#[path = "../benches/common/stats.rs"]
+mod stats;
 #[path = "../benches/subjects.rs"]
 mod subjects;
+
+use stats::median;
 
 use atomic_limiter::baseline::MutexTokenBucket;
 use atomic_limiter::{Gcra, ManualClock, Quota, RateLimiter, TokenBucket};
@@ -69,17 +73,6 @@ struct Series {
     name: &'static str,
     kind: Kind,
     samples: Vec<f64>,
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn spread(v: &[f64]) -> (f64, f64) {

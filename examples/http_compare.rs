@@ -10,6 +10,10 @@
 #[path = "../benches/http/subjects.rs"]
 mod subjects;
 
+#[path = "../benches/common/stats.rs"]
+mod stats;
+
+use stats::median;
 use std::hint::black_box;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,16 +27,6 @@ use axum::routing::get;
 use subjects::{CLIENTS, Path, request, subjects};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 /// Nanoseconds per request of each subject, per repetition, over `clients` addresses.
 fn layer_costs(path: Path, clients: u32, reps: usize, calls: u32) -> Vec<(&'static str, Vec<f64>)> {
@@ -186,18 +180,24 @@ fn main() {
                 .collect()
         };
         let (ours, theirs, floor) = (own(1), own(2), own(3));
-        let ratio = median(ours.iter().zip(&theirs).map(|(o, t)| o / t).collect());
+        let ratio = median(
+            &ours
+                .iter()
+                .zip(&theirs)
+                .map(|(o, t)| o / t)
+                .collect::<Vec<_>>(),
+        );
         println!(
             "{:<34} {:>9.1} ns {:>10.1} ns (+{:>3.0}) {:>10.1} ns (+{:>3.0}) {:>9.2}x {:>7.1} ns (+{:>3.0})",
             label,
-            median(none.clone()),
-            median(costs[1].1.clone()),
-            median(ours.clone()),
-            median(costs[2].1.clone()),
-            median(theirs.clone()),
+            median(none),
+            median(&costs[1].1),
+            median(&ours),
+            median(&costs[2].1),
+            median(&theirs),
             ratio,
-            median(costs[3].1.clone()),
-            median(floor.clone()),
+            median(&costs[3].1),
+            median(&floor),
         );
         verdicts.push((label, ratio));
     }
@@ -227,7 +227,7 @@ fn main() {
             b.push(y);
             kept.push(y / x);
         }
-        (median(a), median(b), median(kept))
+        (median(&a), median(&b), median(&kept))
     });
     println!("Loopback throughput of a hello-world axum server, 32 keep-alive connections:");
     println!("  without the layer  {plain:>10.0} requests/s");

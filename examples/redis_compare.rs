@@ -18,14 +18,13 @@ use atomic_limiter::{Gcra, Quota};
 
 #[path = "../src/redis/test_server.rs"]
 mod redis_server;
+#[path = "../benches/common/stats.rs"]
+mod stats;
+
+use stats::median;
 
 /// A connection of our own for the trivial script and the server's statistics.
 type Conn = redis::aio::MultiplexedConnection;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
 
 /// `(calls, usec_per_call)` of EVALSHA since the last `CONFIG RESETSTAT`.
 async fn evalsha_stats(conn: &mut Conn) -> (u64, f64) {
@@ -177,18 +176,18 @@ async fn main() {
             tf.push(f);
             tg.push(g);
         }
-        let (ratio, floor_ratio) = (median(rg), median(rf));
+        let (ratio, floor_ratio) = (median(&rg), median(&rf));
         println!(
             "   {:<10} {:>11.0} {:>11.0} {:>11.0} {:>8.2} {:>8.2}   {:.2}, {:.2}, {:.2}",
             in_flight,
-            median(tt),
-            median(tf),
-            median(tg),
+            median(&tt),
+            median(&tf),
+            median(&tg),
             ratio,
             floor_ratio,
-            median(ut),
-            median(uf),
-            median(ug)
+            median(&ut),
+            median(&uf),
+            median(&ug)
         );
         rows.push(Row {
             what: format!("RedisGcra / trivial script, {in_flight} in flight"),
@@ -240,7 +239,7 @@ async fn main() {
     let hot_ratio = if hot.is_empty() {
         f64::NAN
     } else {
-        median(hot)
+        median(&hot)
     };
     println!("   hot path: Leased::check_local / Gcra::check = {hot_ratio:.2} (time per check)");
     rows.push(Row {
