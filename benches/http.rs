@@ -16,16 +16,10 @@ use std::time::Duration;
 use atomic_limiter::{Gcra, Keyed, Quota};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use subjects::{CLIENTS, Path, request, subjects};
+use subjects::{CASES, CLIENTS, request, subjects};
 
 fn layers(c: &mut Criterion) {
-    let cases = [
-        (Path::Admitted, CLIENTS),
-        (Path::AdmittedWithHeaders, CLIENTS),
-        (Path::Refused, CLIENTS),
-        (Path::Admitted, 100_000),
-    ];
-    for (path, clients) in cases {
+    for (path, clients) in CASES {
         let name = format!("http layer/{}, {clients} clients", path.name());
         let mut group = c.benchmark_group(name);
         group.throughput(Throughput::Elements(1));

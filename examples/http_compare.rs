@@ -24,7 +24,7 @@ use atomic_limiter::http::{IpKey, PeerIp, RateLimitLayer};
 use atomic_limiter::{Gcra, Keyed, Quota};
 use axum::Router;
 use axum::routing::get;
-use subjects::{CLIENTS, Path, request, subjects};
+use subjects::{CASES, CLIENTS, Path, request, subjects};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -150,13 +150,7 @@ fn main() {
         "{:<34} {:>12} {:>16} {:>16} {:>10} {:>14}",
         "path", "no layer", "atomic-limiter", "tower_governor", "ratio", "floor"
     );
-    let cases = [
-        (Path::Admitted, CLIENTS),
-        (Path::AdmittedWithHeaders, CLIENTS),
-        (Path::Refused, CLIENTS),
-        (Path::Admitted, 100_000),
-    ];
-    for (path, clients) in cases {
+    for (path, clients) in CASES {
         let label = if clients == CLIENTS {
             path.name().to_owned()
         } else {

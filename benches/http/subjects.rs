@@ -78,6 +78,15 @@ impl Path {
     }
 }
 
+/// The cases measured, by the benchmark and by `http_compare` alike: each path at [`CLIENTS`]
+/// addresses, and the admitted path at 100 000.
+pub const CASES: [(Path, u32); 4] = [
+    (Path::Admitted, CLIENTS),
+    (Path::AdmittedWithHeaders, CLIENTS),
+    (Path::Refused, CLIENTS),
+    (Path::Admitted, 100_000),
+];
+
 /// `[no layer, atomic-limiter, tower_governor, floor]` on `path` for `clients` addresses, each
 /// already seen (and, when refusing, already out of tokens), every status checked once. The floor
 /// is the least a layer on `Keyed` can do: the peer address from the extensions, one keyed check,
