@@ -180,7 +180,7 @@ impl Leased {
     /// Checks a request for `n` tokens: from the lease when it holds them (no I/O), otherwise
     /// after one refill from the store (within the deadline), or by the failure policy.
     pub async fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        InsufficientCapacity::check(n, self.inner.limit.min(lease::MAX_TOKENS))?;
+        InsufficientCapacity::check(n, self.max_cost())?;
         // Relaxed: as in `without_lease`. Built outside a runtime, nothing probes the store in
         // the background while it fails: probe here (the breaker keeps it cheap while open).
         if self.inner.handle.is_none() && self.inner.failing.load(Ordering::Relaxed) == 1 {
@@ -237,7 +237,6 @@ impl Leased {
     }
 
     /// The most tokens one check may ask for.
-    #[cfg(feature = "tower")]
     pub(crate) fn max_cost(&self) -> u32 {
         self.inner.limit.min(lease::MAX_TOKENS)
     }
