@@ -243,16 +243,13 @@ pub(crate) fn problem_json(problem: Problem, policy: &PolicyName) -> String {
         "{{\"type\":\"{BASE}{kind}\",\"title\":\"{title}\",\"status\":{status},\"detail\":\""
     );
     let _ = match problem {
-        Problem::QuotaExceeded { retry_secs } => {
+        Problem::QuotaExceeded { retry_secs } | Problem::ReducedCapacity { retry_secs } => {
             write!(body, "Retry in {retry_secs} s.")
         }
         Problem::TooCostly { cost, burst } => write!(
             body,
             "This request costs {cost}; the quota never holds more than {burst} at once."
         ),
-        Problem::ReducedCapacity { retry_secs } => {
-            write!(body, "Retry in {retry_secs} s.")
-        }
     };
     let _ = write!(body, "\",\"violated-policies\":[{}]}}", policy.json);
     body

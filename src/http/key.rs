@@ -155,11 +155,7 @@ pub struct IpKey(u128);
 impl IpKey {
     /// The address: IPv4 for an IPv4-mapped one.
     pub fn ip(self) -> IpAddr {
-        let v6 = Ipv6Addr::from(self.0);
-        match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(v6),
-        }
+        IpAddr::V6(Ipv6Addr::from(self.0)).to_canonical()
     }
 }
 
@@ -230,17 +226,14 @@ impl KeyExtractor for PeerIp {
 /// the bits past `v6_prefix` cleared.
 #[inline(always)]
 fn group(ip: IpAddr, v6_prefix: u8) -> IpKey {
-    match ip {
-        IpAddr::V4(v4) => IpKey(u128::from(v4.to_ipv6_mapped())),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpKey(u128::from(v4.to_ipv6_mapped())),
-            None => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(v6_prefix))
-                    .unwrap_or(0);
-                IpKey(u128::from(v6) & mask)
-            }
-        },
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(v6_prefix))
+                .unwrap_or(0);
+            IpKey(u128::from(v6) & mask)
+        }
+        v4 => IpKey::from(v4),
     }
 }
 
@@ -312,7 +305,7 @@ impl ForwardedIp {
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {
-        let ip = group(ip, 128).ip();
+        let ip = ip.to_canonical();
         self.trusted.iter().any(|net| net.contains(&ip))
     }
 
