@@ -314,6 +314,46 @@ mod redis_backend {
         assert_eq!((admitted, refused), (4, 8));
     }
 
+    /// The store killed mid-use: under the default fail-closed policy the layer answers `503`
+    /// with a `Retry-After` (the server's trouble, not the client's rate), and admits again once
+    /// the store is back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_killed_mid_use_is_a_503_then_recovers() {
+        let Some(mut redis) = redis_server::RedisServer::start("http redis outage") else {
+            return;
+        };
+        let options = RedisOptions::default();
+        let store = RedisStore::connect(&redis.url(), &options).await.unwrap();
+        let limiter = RedisGcra::new(store, "http-outage", Quota::per_second(1000)).unwrap();
+        let server =
+            Server::start(hello().layer(RateLimitLayer::new(PeerIp::new(), limiter))).await;
+        let client = client();
+        assert_eq!(
+            client.get(server.url()).send().await.unwrap().status(),
+            StatusCode::OK
+        );
+        redis.kill();
+        let down = client.get(server.url()).send().await.unwrap();
+        assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(retry_after(&down) >= 1);
+        assert!(down.headers().get("ratelimit").is_none());
+        redis.restart();
+        // Bounded: back within a few seconds (the breaker's cooldown and a reconnect).
+        let start = Instant::now();
+        loop {
+            let status = client.get(server.url()).send().await.unwrap().status();
+            if status == StatusCode::OK {
+                break;
+            }
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the store never came back"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_global_quota_from_a_lease() {
         let Some(redis) = redis_server::RedisServer::start("http leased backend") else {
