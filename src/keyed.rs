@@ -293,12 +293,12 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 .with_existing(key, |e| shared.take_state(&e.state, n))
             {
                 Some(seen) => Ok(shared.decision_of(seen, n)),
-                None => self.check_new(key, n),
+                None => self.check_new(key, n, true),
             };
         }
         match self.store.with_existing(key, |e| e.check(n)) {
             Some(answer) => answer,
-            None => self.check_new(key, n),
+            None => self.check_new(key, n, true),
         }
     }
 
@@ -360,10 +360,33 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         crate::wait::until_with(move || self.check_key_n(key, n), wait, sleep)
     }
 
-    /// A key not (or no longer) held: take a place, insert a fresh limiter, check it.
+    /// For the loom models' teeth: the first check as it was before insertions were serialised.
+    /// It neither looks for the key again under the index's lock nor holds that lock while it
+    /// inserts, so a racing insertion of the same key can make it answer that the table is full.
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    pub fn loom_broken_check_key<Q>(&self, key: &Q) -> Decision
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let answer = match self.store.with_existing(key, |e| e.check(1)) {
+            Some(answer) => answer,
+            None => self.check_new(key, 1, false),
+        };
+        answer.expect("the loom models ask for one token of a burst of at least one")
+    }
+
+    /// A key not (or no longer) held: take a place, insert a fresh limiter, check it. `serialised`
+    /// is false only in a loom model's broken twin.
     #[cold]
     #[inline(never)]
-    fn check_new<Q>(&self, key: &Q, n: u32) -> Result<Decision, InsufficientCapacity>
+    fn check_new<Q>(
+        &self,
+        key: &Q,
+        n: u32,
+        serialised: bool,
+    ) -> Result<Decision, InsufficientCapacity>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -389,7 +412,16 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 },
             ));
         }
-        if let Err(no_room) = self.take_place() {
+        // Every insertion runs under the index's lock, from taking a place to filing the key. So a
+        // thread that finds the table full cannot have raced an insertion of its own key: it looks
+        // again under the lock, and finds the key there or is the one to insert it.
+        let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
+        if serialised {
+            if let Some(answer) = self.store.with_existing(key, |e| e.check(n)) {
+                return answer;
+            }
+        }
+        if let Err(no_room) = self.take_place(&mut due) {
             return Ok(Decision::new(
                 false,
                 1, // measured from the held key's own rounded reset
@@ -399,9 +431,9 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 },
             ));
         }
+        let due = serialised.then_some(due);
         // Only now, with a place, is anything allocated for the key.
         let key: K = owned.unwrap_or_else(|| key.to_owned());
-        let key = &key;
         let limiter = self.limiter_for(quota);
         // Read before the check reads its own, so the instant filed below is a lower bound.
         let before = limiter.now_ns();
@@ -418,12 +450,11 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             let at = answer.map_or(before, |d| {
                 before.saturating_add(duration_ns(d.reset_after()))
             });
-            self.due
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(key.clone(), at);
+            due.unwrap_or_else(|| self.due.lock().unwrap_or_else(PoisonError::into_inner))
+                .push(key, at);
         } else {
-            // Another thread inserted the key first: give the place back.
+            // Another thread inserted the key first, which only the loom twin's unserialised
+            // insertions let happen: give the place back.
             // Relaxed: a counter; its RMWs are all the synchronisation it needs.
             self.count.fetch_sub(1, Ordering::Relaxed);
             drop(limiter);
@@ -452,7 +483,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
 
     /// Takes a place for a new key, evicting a full bucket when at the cap. `Err` tells when the
     /// soonest held bucket is full again, in ns from now.
-    fn take_place(&self) -> Result<(), NoRoom> {
+    fn take_place(&self, due: &mut DueQueue<K>) -> Result<(), NoRoom> {
         loop {
             // Relaxed: the count's RMWs alone keep it exact; it guards no other memory. Never
             // above the cap, even for a moment.
@@ -465,13 +496,12 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             {
                 return Ok(());
             }
-            self.evict_one()?;
+            self.evict_one(due)?;
         }
     }
 
     /// Evicts the held key whose bucket is full soonest, if it is full now.
-    fn evict_one(&self) -> Result<(), NoRoom> {
-        let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
+    fn evict_one(&self, due: &mut DueQueue<K>) -> Result<(), NoRoom> {
         due.evict_one(|key| {
             let seen = self.store.with_existing(key, |e| {
                 // Read before the peek reads its own: `t + reset` is not later than the instant

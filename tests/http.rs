@@ -201,9 +201,8 @@ async fn a_spoofed_forwarded_for_does_not_change_the_key() {
 async fn under_load_the_admitted_rate_is_the_quota() {
     const RATE: u64 = 400;
     const BURST: u32 = 10;
-    // Room for more than the one key: at a cap of 1, concurrent first checks of the key can be
-    // refused as a full table while one of them is inserting it (a known race in `Keyed`).
-    let keyed: Keyed<(), Gcra> = Keyed::gcra(Quota::per_second(RATE).with_burst(BURST), 16);
+    // Room for the one key only: concurrent first checks of it must not be told the table is full.
+    let keyed: Keyed<(), Gcra> = Keyed::gcra(Quota::per_second(RATE).with_burst(BURST), 1);
     // When each admitted request reached the handler.
     let admitted = Arc::new(Mutex::new(Vec::<Instant>::with_capacity(4096)));
     let app = Router::new()

@@ -101,6 +101,37 @@ fn racing_first_checks_share_one_bucket() {
     }
 }
 
+/// Threads racing to create the one key a table has room for: none is told the table is full
+/// (a 503 for a service's first concurrent requests), whichever of them inserts it. The same at
+/// the cap with a full bucket to evict: the key that takes its place is not refused to the others.
+#[test]
+fn racing_first_checks_of_the_only_key_that_fits_are_never_told_the_table_is_full() {
+    let threads = 2 * thread::available_parallelism().map_or(2, |n| n.get());
+    for round in 0..300u32 {
+        let clock = ManualClock::new();
+        let keyed = Keyed::gcra_with_clock(Quota::per_second(1).with_burst(100), 1, clock.clone());
+        if round % 2 == 1 {
+            // The one place is held by a key whose bucket is full again: it must be evicted.
+            assert!(keyed.check_key(&u32::MAX).is_allowed());
+            clock.advance(Duration::from_secs(1));
+        }
+        let barrier = Barrier::new(threads);
+        let full: usize = thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        usize::from(keyed.check_key(&round).is_table_full())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(full, 0, "round {round}: told the table is full");
+        assert_eq!(keyed.len(), 1);
+    }
+}
+
 #[test]
 fn shrink_frees_full_buckets_only() {
     let clock = ManualClock::new();

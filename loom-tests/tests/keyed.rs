@@ -1,4 +1,5 @@
-//! Model 6, on `Keyed`: racing first checks on one key share one bucket.
+//! Models 6 and 11, on `Keyed`: racing first checks on one key share one bucket, and are not told
+//! the table is full by each other.
 #![cfg(atomic_limiter_loom)]
 
 mod common;
@@ -11,8 +12,10 @@ use loom::thread;
 /// Model 6: the keyed limiter's insert-or-get race. Two threads make the first check on the same
 /// key at once, burst 1: one bucket must be created, so exactly one is admitted. dashmap's locks
 /// are invisible to loom, so the model runs `Keyed` on a map loom can see: a loom mutex around a
-/// `HashMap`. Its broken twin looks the key up, unlocks, and inserts afterwards: two threads can
-/// both insert, each with a fresh bucket.
+/// `HashMap`. One bucket is kept two ways: `Keyed` serialises insertions, and the map's
+/// insert-or-get is atomic. Its broken twin breaks both: the first check as it was before
+/// insertions were serialised, on a map that looks the key up, unlocks, and inserts afterwards;
+/// two threads can both insert, each with a fresh bucket.
 use atomic_limiter::keyed::{KeyEntry, KeyedStore};
 use atomic_limiter::{KeyQuotas, Keyed};
 use loom::sync::Mutex;
@@ -92,7 +95,14 @@ fn first_checks_share_one_bucket(broken: bool) {
         let handles: Vec<_> = (0..2)
             .map(|_| {
                 let keyed = keyed.clone();
-                thread::spawn(move || u32::from(keyed.check_key(&7).is_allowed()))
+                thread::spawn(move || {
+                    let d = if broken {
+                        keyed.loom_broken_check_key(&7)
+                    } else {
+                        keyed.check_key(&7)
+                    };
+                    u32::from(d.is_allowed())
+                })
             })
             .collect();
         let admitted: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
@@ -109,4 +119,52 @@ fn model_6_first_checks_share_one_bucket() {
 #[should_panic(expected = "admitted for one key of burst 1")]
 fn model_6_broken_twin_is_caught() {
     first_checks_share_one_bucket(true);
+}
+
+/// Model 11: two first checks of the one key a table has room for. Every insertion runs under the
+/// eviction index's lock, and a check that finds no room looks for its key again under that lock,
+/// so neither check is told the table is full: the key is held, or about to be, by the other. Its
+/// broken twin does not look again: it finds the place taken by its own key's insertion and
+/// refuses with a 503.
+fn the_only_key_that_fits_is_never_refused_as_table_full(broken: bool) {
+    loom::model(move || {
+        let clock = ManualClock::new();
+        let store = LoomMap::<KeyEntry<L>> {
+            map: Mutex::new(HashMap::new()),
+            broken: false,
+        };
+        let keyed = Arc::new(Keyed::with_store(
+            store,
+            1,
+            KeyQuotas::Every(quota(2)),
+            move |q| Gcra::with_clock(q, clock.clone()),
+        ));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let keyed = keyed.clone();
+                thread::spawn(move || {
+                    let d = if broken {
+                        keyed.loom_broken_check_key(&7)
+                    } else {
+                        keyed.check_key(&7)
+                    };
+                    u32::from(d.is_table_full())
+                })
+            })
+            .collect();
+        let full: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(full, 0, "told the table is full");
+        assert_eq!(keyed.len(), 1);
+    });
+}
+
+#[test]
+fn model_11_the_only_key_that_fits_is_never_refused_as_table_full() {
+    the_only_key_that_fits_is_never_refused_as_table_full(false);
+}
+
+#[test]
+#[should_panic(expected = "told the table is full")]
+fn model_11_broken_twin_is_caught() {
+    the_only_key_that_fits_is_never_refused_as_table_full(true);
 }
