@@ -870,6 +870,18 @@ fn main() {
             None,
         ),
         target(
+            "Reconfigurable<Gcra> allow / Gcra allow",
+            ratio(find(&allow, "Reconfigurable<Gcra>"), gcra),
+            Some(1.2),
+            None,
+        ),
+        target(
+            "Reconfigurable<Gcra> deny / Gcra deny",
+            ratio(find(&deny, "Reconfigurable<Gcra>"), find(&deny, "Gcra")),
+            Some(1.2),
+            None,
+        ),
+        target(
             "TokenBucket allow / Gcra allow",
             ratio(find(&allow, "TokenBucket"), gcra),
             None,

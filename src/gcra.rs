@@ -6,8 +6,8 @@ use self::math::{GcraParams, Metered};
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
-use crate::limiter::algorithm::engine::{Answer, Engine, Total};
-use crate::limiter::algorithm::{Algorithm, Continuous};
+use crate::limiter::algorithm::engine::{Answer, Carried, Engine, Total};
+use crate::limiter::algorithm::{Algorithm, Continuous, Retunable};
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
 
@@ -58,6 +58,14 @@ pub struct GcraAlgorithm(GcraParams);
 
 impl Algorithm for GcraAlgorithm {}
 impl Continuous for GcraAlgorithm {}
+impl Retunable for GcraAlgorithm {}
+
+impl Carried for GcraAlgorithm {
+    fn carry(&self, tat: u64, now: u64, to: &Self, now_to: u64, how: crate::Carry) -> u64 {
+        let proportional = matches!(how, crate::Carry::Proportional);
+        math::carry(tat, now, &self.0, now_to, &to.0, proportional)
+    }
+}
 
 impl Total for GcraAlgorithm {
     fn continuous(quota: &Quota) -> GcraAlgorithm {

@@ -17,6 +17,7 @@
 //! | [`Throttle`] | the leaky bucket as a queue: reserve the next slot, learn the wait |
 //! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing and gathering |
 //! | [`Keyed`] | one limiter per key on dashmap, with bounded memory (a full table is told apart) |
+//! | [`Reconfigurable`], [`Carry`] | a limiter whose quota changes at run time, its state carried over |
 //! | [`Decision`] | allowed? remaining, limit, retry-after (also in whole seconds), reset-after |
 //! | [`Wait`], [`WaitError`] | waiting instead of rejecting: [`RateLimiter::wait_n`], [`RateLimiter::until_n_ready_with`] |
 //! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
@@ -52,7 +53,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `std` | yes | [`StdClock`], [`SlidingWindowLog`], [`Sharded`], [`Keyed`] |
+//! | `std` | yes | [`StdClock`], [`SlidingWindowLog`], [`Sharded`], [`Keyed`], [`Reconfigurable`] |
 //! | `baseline` | no | the `baseline` module: the textbook mutex limiters, for comparisons |
 //! | `quanta` | yes | [`QuantaClock`] (the default clock) and [`CoarseClock`] |
 //! | `portable-atomic` | no | 64-bit atomics on targets without them |
@@ -80,6 +81,7 @@ pub mod keyed;
 mod limiter;
 mod quota;
 mod rate_limiter;
+mod reconfigure;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "std")]
@@ -106,6 +108,9 @@ pub use keyed::{KeyQuotas, Keyed};
 pub use limiter::Limiter;
 pub use quota::{Quota, QuotaError};
 pub use rate_limiter::{InsufficientCapacity, RateLimiter};
+pub use reconfigure::Carry;
+#[cfg(feature = "std")]
+pub use reconfigure::Reconfigurable;
 #[cfg(feature = "std")]
 pub use sharded::Sharded;
 pub use token_bucket::TokenBucket;
@@ -143,7 +148,7 @@ pub mod fuzz_api {
 /// of these. The traits are sealed.
 pub mod algorithm {
     pub use crate::gcra::GcraAlgorithm;
-    pub use crate::limiter::algorithm::{Algorithm, Continuous};
+    pub use crate::limiter::algorithm::{Algorithm, Continuous, Retunable};
     pub use crate::token_bucket::TokenBucketAlgorithm;
     pub use crate::window::{Fixed, Sliding, WindowAlgorithm, WindowKind};
 }

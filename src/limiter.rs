@@ -16,6 +16,8 @@ use crate::decision::{Decision, Detail};
 use crate::quota::{Quota, QuotaError};
 use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
 use crate::state_cell::{StateCell, Step};
+#[cfg(feature = "std")]
+use crate::sync::{AtomicBool, Ordering, fence};
 
 /// A lock-free limiter: one `AtomicU64` of state, changed only by a compare-and-swap, running the
 /// algorithm `A` on the clock `C`.
@@ -151,6 +153,53 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         settle(answer.decide(&self.algorithm, now, self.clock.resolution()))
     }
 
+    /// The check on a limiter that a reconfiguration may retire ([`Limiter::retire`]): `None`
+    /// once `retired` is set (the caller moves to the limiter that replaced this one), else the
+    /// decision, made on a word that no reconfiguration has taken yet.
+    #[cfg(feature = "std")]
+    #[inline(always)]
+    pub(crate) fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
+        let now = self.reading();
+        let answer = self.word.update(live(retired, self.step(now, n, false)))?;
+        if answer.is_final(is_coarse(&self.clock)) {
+            return Some(answer.into_final(&self.algorithm, now, self.clock.resolution()));
+        }
+        self.fresh_live(n, retired)
+    }
+
+    /// [`Limiter::check_live`] decided again on a fresh reading, as [`Limiter::fresh_on`].
+    #[cfg(feature = "std")]
+    #[cold]
+    #[inline(never)]
+    fn fresh_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
+        let now = self.fresh_reading();
+        let answer = self.word.update(live(retired, self.step(now, n, true)))?;
+        Some(settle(answer.decide(
+            &self.algorithm,
+            now,
+            self.clock.resolution(),
+        )))
+    }
+
+    /// Takes the word out of use, for a reconfiguration: `retired` is set, then the word is
+    /// changed, so that a check that loaded it before fails its CAS and, like every check after,
+    /// finds `retired` set. Returns the last word, with every admission made on it.
+    #[cfg(feature = "std")]
+    pub(crate) fn retire(&self, retired: &AtomicBool) -> u64 {
+        // Relaxed: published by the fence and the CAS below.
+        retired.store(true, Ordering::Relaxed);
+        // Release: with the Acquire fence in `live`, a check that reads the word the CAS below
+        // writes (or any later one) sees `retired` set.
+        fence(Ordering::Release);
+        self.word.update(|word| Step::Store(word, word ^ 1))
+    }
+
+    /// Replaces the word of a limiter no other thread can see yet.
+    #[cfg(feature = "std")]
+    pub(crate) fn set_word(&mut self, word: u64) {
+        self.word = StateCell::new(word);
+    }
+
     /// The clock read now, in the step's units.
     #[inline(always)]
     pub(crate) fn reading(&self) -> u64 {
@@ -199,6 +248,25 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     #[doc(hidden)]
     pub fn loom_state(&self) -> u64 {
         self.word.load()
+    }
+}
+
+/// `step`, unless `retired` is set: then the word is left alone and the answer is `None`.
+#[cfg(feature = "std")]
+#[inline(always)]
+fn live<T>(retired: &AtomicBool, step: impl Fn(u64) -> Step<T>) -> impl Fn(u64) -> Step<Option<T>> {
+    move |word| {
+        // Acquire: pairs with the Release fence in `Limiter::retire`; a word its CAS wrote is
+        // seen here with `retired` set.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence above.
+        if retired.load(Ordering::Relaxed) {
+            return Step::Keep(None);
+        }
+        match step(word) {
+            Step::Store(answer, new) => Step::Store(Some(answer), new),
+            Step::Keep(answer) => Step::Keep(Some(answer)),
+        }
     }
 }
 

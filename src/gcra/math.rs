@@ -110,6 +110,35 @@ const fn debt(tat: u64, now: u64) -> (u64, u64) {
     }
 }
 
+/// The TAT that carries `tat` over to a new quota `to` at the same instant: `now` is that instant
+/// in `from`'s units, `now_to` in `to`'s. The debt (how far the TAT is ahead of now) is kept as
+/// time, or as the share of the window it fills; either is rounded up in the new units, so the
+/// new limiter is never fuller than the old one was. No debt stays no debt: a full limiter stays
+/// full. A debt past the new window (the clock had stepped back) is kept, below the range's bound.
+pub(crate) fn carry(
+    tat: u64,
+    now: u64,
+    from: &GcraParams,
+    now_to: u64,
+    to: &GcraParams,
+    proportional: bool,
+) -> u64 {
+    let (_, ahead) = debt(tat, now);
+    if ahead == 0 {
+        return now_to;
+    }
+    let (num, den) = if proportional {
+        (to.window, from.window)
+    } else {
+        (to.scale, from.scale)
+    };
+    // ahead < 2^63 and num <= 2^62: the product fits in 128 bits.
+    let carried = (u128::from(ahead) * u128::from(num)).div_ceil(u128::from(den));
+    // Below 2^63 with room for the window and a reservation's queue, as every TAT is.
+    let bound = u128::from(MAX_QUEUE_UNITS + to.window);
+    now_to.wrapping_add(carried.min(bound) as u64)
+}
+
 /// What one step decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {

@@ -20,6 +20,11 @@ pub trait Algorithm: engine::Engine + core::fmt::Debug + Send + Sync + Sized {}
 /// the token bucket.
 pub trait Continuous: Algorithm + engine::Total {}
 
+/// A continuous algorithm whose state carries over to a new quota (see
+/// [`Carry`](crate::Carry)), so its limiter can be [`Reconfigurable`](crate::Reconfigurable):
+/// GCRA.
+pub trait Retunable: Continuous + engine::Carried {}
+
 pub(crate) mod engine {
     use super::*;
 
@@ -101,6 +106,13 @@ pub(crate) mod engine {
         fn is_final(&self, coarse: bool) -> bool {
             self.is_allowed() || !coarse
         }
+    }
+
+    /// A retunable algorithm's part: its state carried over to new parameters.
+    pub trait Carried {
+        /// The word that carries `word` (at `now`, in this algorithm's units) over to `to`
+        /// (`now_to` in its units), as `how` says, never fuller than `word` was.
+        fn carry(&self, word: u64, now: u64, to: &Self, now_to: u64, how: crate::Carry) -> u64;
     }
 
     /// A continuous algorithm's part: parameters, which every quota has, and giving back.

@@ -87,7 +87,9 @@ impl Model {
     pub fn check(&mut self, now: u64, n: u32) -> ModelDecision {
         self.refill(now);
         let want = n as i128 * self.per;
-        let allowed = self.num >= want;
+        // A peek always passes, as the limiters' do, even owing more than the capacity (a debt
+        // carried over to a smaller quota).
+        let allowed = n == 0 || self.num >= want;
         if allowed {
             self.num -= want;
         }
@@ -102,6 +104,21 @@ impl Model {
             self.num -= n as i128 * self.per;
         }
         self.figures(allowed, n)
+    }
+
+    /// The model after its quota changes to `q` at `now`: the debt (what the bucket lacks of
+    /// full) kept as time, or as its share of the capacity, rounded up in the new terms.
+    pub fn reconfigured(&mut self, now: u64, q: &Quota, proportional: bool) -> Model {
+        self.refill(now);
+        let debt = self.cap() - self.num;
+        let mut next = Model::new(q, now);
+        let (num, den) = if proportional {
+            (next.cap(), self.cap())
+        } else {
+            (next.rate, self.rate)
+        };
+        next.num -= (debt * num + den - 1) / den;
+        next
     }
 
     /// Most tokens a correct limiter may have admitted by `now` since `start`:

@@ -1,0 +1,54 @@
+//! Model 12, on `Reconfigurable`: a check racing a change of quota.
+#![cfg(atomic_limiter_loom)]
+
+mod common;
+
+use atomic_limiter::algorithm::GcraAlgorithm;
+use atomic_limiter::{Carry, ManualClock, Reconfigurable};
+use common::*;
+use loom::sync::Arc;
+use loom::thread;
+
+/// Model 12: burst 1 on a frozen clock. One thread checks while another changes the quota (to the
+/// same figures, so the carried state must be the old one exactly); then one more check. Exactly
+/// one of the two checks is admitted, whichever cell each ran on. The broken twin reads the old
+/// word instead of retiring it: the racing check admits on the old cell after its word was
+/// carried, and the last check admits again on the new one. Without the Acquire fence that pairs
+/// the retired flag with the retiring CAS, the model fails too: the check reads the retired word
+/// without seeing the flag.
+fn a_check_racing_a_change_is_counted_once(broken: bool) {
+    loom::model(move || {
+        let limiter: Arc<Reconfigurable<GcraAlgorithm, ManualClock>> =
+            // At an odd instant, the retired word (the last one with its low bit flipped) reads
+            // as a full limiter: a check that took it for live state would admit on it.
+            Arc::new(Reconfigurable::with_clock(quota(1), ManualClock::starting_at(1)));
+        let checker = {
+            let limiter = limiter.clone();
+            thread::spawn(move || u32::from(limiter.check().is_allowed()))
+        };
+        let changer = {
+            let limiter = limiter.clone();
+            thread::spawn(move || {
+                if broken {
+                    limiter.loom_broken_set_quota(quota(1), Carry::Debt);
+                } else {
+                    limiter.set_quota(quota(1), Carry::Debt);
+                }
+            })
+        };
+        changer.join().unwrap();
+        let admitted = checker.join().unwrap() + u32::from(limiter.check().is_allowed());
+        assert_eq!(admitted, 1, "admitted for a burst of 1 on a frozen clock");
+    });
+}
+
+#[test]
+fn model_12_a_check_racing_a_change_is_counted_once() {
+    a_check_racing_a_change_is_counted_once(false);
+}
+
+#[test]
+#[should_panic(expected = "admitted for a burst of 1 on a frozen clock")]
+fn model_12_broken_twin_is_caught() {
+    a_check_racing_a_change_is_counted_once(true);
+}

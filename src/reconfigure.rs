@@ -1,0 +1,474 @@
+//! [`Reconfigurable`]: a limiter whose quota changes at run time, from any thread, while others
+//! check; [`Carry`]: what its state becomes under the new quota.
+//!
+//! # Implementation details
+//!
+//! The quota, the algorithm's parameters and the state word live together in one cell, a whole
+//! [`Limiter`], reached through one pointer. A check loads the pointer and runs the limiter's
+//! own check on that cell. A reconfiguration builds the new cell, then retires the old one:
+//!
+//! | step | what it does | why |
+//! |---|---|---|
+//! | 1 | sets the old cell's `retired` flag | a check that reads the word afterwards steps aside |
+//! | 2 | changes the old word by a CAS, and keeps the value it replaced | a check that loaded the word before fails its CAS; every admission that landed is in that value |
+//! | 3 | writes the carried state into the new cell's word | the new cell is not visible yet: a plain write |
+//! | 4 | publishes the new cell's pointer (`Release`) | a check that meets the flag reloads the pointer and runs again on the new cell |
+//! | 5 | hands the old cell to epoch reclamation | freed once no check can still be reading it |
+//!
+//! So every decision is made on one cell's parameters and that cell's word, and every admission
+//! is counted in the word that is carried over: none is lost and none is made twice. A check that
+//! meets a retired cell before step 4 waits (spins, then yields) for that few-instruction window;
+//! reconfigurations are serialised by a mutex, so only one window is ever open. The ordering
+//! argument is in `docs/design.md`; loom model 12 checks a check racing a reconfiguration.
+//!
+//! The cell is reached through a raw pointer, the one way to read it without a lock or a
+//! reference count on every check: each `unsafe` block below is argued where it stands.
+#![allow(unsafe_code)]
+
+#[cfg(feature = "std")]
+mod reclaim;
+
+#[cfg(feature = "std")]
+pub use self::cell::Reconfigurable;
+
+/// What a limiter's state becomes when its quota changes ([`Reconfigurable::set_quota`]).
+///
+/// Whichever is chosen, the new state is never fuller than the old one was, rounded in the
+/// limiter's favour: over any stretch of time a reconfigurable limiter admits no more than the
+/// old quota allows up to the change plus what the new quota allows after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Carry {
+    /// The debt, as time: the limiter is full again at the same instant as before. A client that
+    /// spent its burst waits as long as it would have (at least until the new quota lets it
+    /// through: a debt past a smaller new burst waits until it is paid down to it).
+    #[default]
+    Debt,
+    /// The share of the burst in use: a limiter three-quarters full stays three-quarters full,
+    /// of the new burst.
+    Proportional,
+}
+
+#[cfg(feature = "std")]
+mod cell {
+    use alloc::boxed::Box;
+
+    use super::Carry;
+    use super::reclaim;
+    use crate::clock::Clock;
+    #[cfg(feature = "quanta")]
+    use crate::clock::DefaultClock;
+    use crate::clock::DefaultClockOrNone;
+    use crate::decision::Decision;
+    use crate::limiter::Limiter;
+    use crate::limiter::algorithm::Retunable;
+    use crate::quota::Quota;
+    use crate::rate_limiter::InsufficientCapacity;
+    use crate::sync::{AtomicBool, AtomicPtr, Backoff, Mutex, Ordering};
+    use crate::wait::{Wait, WaitError};
+    use core::future::Future;
+    use core::time::Duration;
+    use std::sync::PoisonError;
+
+    /// One quota's limiter, and whether a reconfiguration has replaced it.
+    #[derive(Debug)]
+    pub(super) struct Cell<A, C> {
+        limiter: Limiter<A, C>,
+        retired: AtomicBool,
+    }
+
+    /// A limiter whose quota can change at run time, from any thread, while others check.
+    ///
+    /// It runs the algorithm `A` ([`Gcra`](crate::Gcra)'s, `Reconfigurable<GcraAlgorithm>`) on
+    /// the clock `C`, and keeps its state across a change as [`Carry`] says. A check is the plain
+    /// limiter's check plus a pointer load and an epoch pin (no lock, no allocation); a change
+    /// allocates the new quota's cell and takes a mutex that only changes take.
+    ///
+    /// Exact under races: no check decides on one quota's parameters and another's state, and
+    /// every admission made on the old quota is in the state carried over. `docs/design.md` has
+    /// the argument and `loom-tests` the model.
+    ///
+    /// # Examples
+    ///
+    /// A tenant upgrades from 2 to 10 per second; what it spent stays spent, as time:
+    ///
+    /// ```
+    /// use atomic_limiter::algorithm::GcraAlgorithm;
+    /// use atomic_limiter::{Carry, ManualClock, Quota, Reconfigurable};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let tenant: Reconfigurable<GcraAlgorithm, _> =
+    ///     Reconfigurable::with_clock(Quota::per_second(2), clock.clone());
+    /// assert_eq!((0..5).filter(|_| tenant.check().is_allowed()).count(), 2);
+    ///
+    /// // Both tokens spent: full again in one second, which the debt carries over.
+    /// tenant.set_quota(Quota::per_second(10), Carry::Debt);
+    /// assert!(tenant.check().is_denied());
+    /// clock.advance(Duration::from_millis(100));
+    /// assert!(tenant.check().is_allowed());
+    /// assert_eq!(tenant.quota().burst(), 10);
+    /// ```
+    pub struct Reconfigurable<A, C = DefaultClockOrNone> {
+        /// The live cell. Never null; owned by this limiter until retired.
+        current: AtomicPtr<Cell<A, C>>,
+        /// Taken by changes only; holds the cells they replaced until no check can be reading
+        /// them (freed at the end of the change that replaced them, but for a change made from
+        /// inside a check, and always under the loom models).
+        pub(super) writer: Mutex<Vec<*mut Cell<A, C>>>,
+    }
+
+    impl<A, C> core::fmt::Debug for Reconfigurable<A, C> {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.debug_struct("Reconfigurable").finish_non_exhaustive()
+        }
+    }
+
+    // SAFETY: the cells are reached through the pointer only as `&Cell` (shared), and a cell is
+    // a `Limiter`, whose shared use from several threads is what it is for when `A` and `C` are
+    // `Send + Sync`; cells are moved to (and freed on) another thread only when `Send`.
+    unsafe impl<A: Send + Sync, C: Send + Sync> Send for Reconfigurable<A, C> {}
+    // SAFETY: as above.
+    unsafe impl<A: Send + Sync, C: Send + Sync> Sync for Reconfigurable<A, C> {}
+
+    #[cfg(feature = "quanta")]
+    impl<A: Retunable + 'static> Reconfigurable<A, DefaultClock> {
+        /// A full limiter for `quota` on the default clock.
+        pub fn new(quota: Quota) -> Self {
+            Reconfigurable::with_clock(quota, DefaultClock::new())
+        }
+    }
+
+    impl<A, C> Reconfigurable<A, C>
+    where
+        A: Retunable + 'static,
+        C: Clock + Clone + Send + Sync + 'static,
+    {
+        /// A full limiter for `quota` on `clock`.
+        pub fn with_clock(quota: Quota, clock: C) -> Self {
+            let cell = Box::new(Cell {
+                limiter: Limiter::<A, C>::with_clock(quota, clock),
+                retired: AtomicBool::new(false),
+            });
+            reclaim::prepare();
+            Reconfigurable {
+                current: AtomicPtr::new(Box::into_raw(cell)),
+                writer: Mutex::new(Vec::new()),
+            }
+        }
+
+        /// Changes the quota, carrying the state over as `carry` says. Checks racing the change
+        /// are decided on the old quota or the new one, each on its own state; none is lost.
+        pub fn set_quota(&self, quota: Quota, carry: Carry) {
+            self.replace(quota, carry, true);
+        }
+
+        /// For the loom models' teeth: a change that reads the old word instead of retiring it,
+        /// as swapping limiters behind a lock does, so a check racing it can admit on the old
+        /// cell after its word was carried over.
+        #[cfg(atomic_limiter_loom)]
+        #[doc(hidden)]
+        pub fn loom_broken_set_quota(&self, quota: Quota, carry: Carry) {
+            self.replace(quota, carry, false);
+        }
+
+        /// [`Reconfigurable::set_quota`]; `retire` is false only in the loom models' twin.
+        fn replace(&self, quota: Quota, carry: Carry, retire: bool) {
+            let mut retired = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            let old_ptr = self.current.load(Ordering::Relaxed); // changed under `writer` only
+            // SAFETY: the live cell, which only this (serialised) path retires.
+            let old = unsafe { &*old_ptr };
+            // Built before the old cell is retired, to keep the window that checks wait out short.
+            let mut new = Box::new(Cell {
+                limiter: Limiter::<A, C>::with_clock(quota, old.limiter.clock().clone()),
+                retired: AtomicBool::new(false),
+            });
+            #[cfg(atomic_limiter_loom)]
+            let word = if retire {
+                old.limiter.retire(&old.retired)
+            } else {
+                old.limiter.loom_state()
+            };
+            #[cfg(not(atomic_limiter_loom))]
+            let word = {
+                debug_assert!(retire);
+                old.limiter.retire(&old.retired)
+            };
+            let at = old.limiter.clock().now();
+            let (from, to) = (old.limiter.algorithm(), new.limiter.algorithm());
+            let carried = from.carry(word, from.units(at), to, to.units(at), carry);
+            new.limiter.set_word(carried);
+            // Release: the new cell, built above, is seen whole by a check that loads the pointer.
+            self.current.store(Box::into_raw(new), Ordering::Release);
+            retired.push(old_ptr);
+            if reclaim::synchronize() {
+                for cell in retired.drain(..) {
+                    // SAFETY: made by `Box::into_raw`, unpublished, and freed once (drained);
+                    // every check that could have loaded it has finished.
+                    drop(unsafe { Box::from_raw(cell) });
+                }
+            }
+        }
+
+        /// Asks for `n` tokens, all or nothing, on the quota in force; `n = 0` peeks.
+        ///
+        /// # Errors
+        ///
+        /// [`InsufficientCapacity`] if `n` exceeds the burst of the quota in force.
+        #[inline(always)]
+        pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+            let _section = reclaim::enter();
+            let mut cell = self.load();
+            loop {
+                InsufficientCapacity::check(n, cell.limiter.algorithm().capacity())?;
+                if let Some(decision) = cell.limiter.check_live(n, &cell.retired) {
+                    return Ok(decision);
+                }
+                cell = self.replacement_of(cell);
+            }
+        }
+
+        /// Asks for one token on the quota in force.
+        #[inline(always)]
+        pub fn check(&self) -> Decision {
+            let _section = reclaim::enter();
+            let mut cell = self.load();
+            loop {
+                // One token is within every quota's burst (a burst is at least 1).
+                if let Some(decision) = cell.limiter.check_live(1, &cell.retired) {
+                    return decision;
+                }
+                cell = self.replacement_of(cell);
+            }
+        }
+
+        /// Waits until `n` tokens are granted, sleeping with `sleep` between tries, as
+        /// [`RateLimiter::wait_n_with`](crate::RateLimiter::wait_n_with) does; a change of quota
+        /// while it waits applies to its next try.
+        ///
+        /// # Errors
+        ///
+        /// [`WaitError::InsufficientCapacity`] if `n` exceeds the burst in force;
+        /// [`WaitError::TimedOut`] if the next sleep would take the total past `wait.max_wait()`.
+        pub fn wait_n_with(
+            &self,
+            n: u32,
+            wait: Wait,
+            sleep: impl FnMut(Duration),
+        ) -> Result<Decision, WaitError> {
+            crate::wait::wait_with(|| self.check_n(n), wait, sleep)
+        }
+
+        /// The asynchronous form of [`Reconfigurable::wait_n_with`], bound to no runtime.
+        ///
+        /// # Errors
+        ///
+        /// As [`Reconfigurable::wait_n_with`].
+        pub fn until_n_ready_with<'a, S, F>(
+            &'a self,
+            n: u32,
+            wait: Wait,
+            sleep: S,
+        ) -> impl Future<Output = Result<Decision, WaitError>> + 'a
+        where
+            S: FnMut(Duration) -> F + 'a,
+            F: Future<Output = ()> + 'a,
+        {
+            crate::wait::until_with(move || self.check_n(n), wait, sleep)
+        }
+
+        /// The quota in force (by value: it may change right after).
+        pub fn quota(&self) -> Quota {
+            let _section = reclaim::enter();
+            *self.load().limiter.quota()
+        }
+
+        /// The live cell; the caller holds a `reclaim` section.
+        #[inline(always)]
+        fn load(&self) -> &Cell<A, C> {
+            // Acquire: pairs with the Release store that published the cell.
+            let cell = self.current.load(Ordering::Acquire);
+            // SAFETY: never null; a cell is freed only after it was unpublished and every check
+            // section open then has ended, and the caller is in one (opened before this load).
+            unsafe { &*cell }
+        }
+
+        /// The cell that replaced `old`: it is published a few instructions after `old` was
+        /// retired, so a check that finds `old` still in place waits for it.
+        #[cold]
+        #[inline(never)]
+        fn replacement_of(&self, old: &Cell<A, C>) -> &Cell<A, C> {
+            let backoff = Backoff::new();
+            loop {
+                let cell = self.load();
+                if !core::ptr::eq(cell, old) {
+                    return cell;
+                }
+                backoff.snooze();
+            }
+        }
+    }
+
+    impl<A, C> Drop for Reconfigurable<A, C> {
+        fn drop(&mut self) {
+            let retired = self
+                .writer
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
+            for cell in retired.drain(..) {
+                // SAFETY: made by `Box::into_raw` and unpublished; `&mut self` means no check
+                // is running; drained, so freed once.
+                drop(unsafe { Box::from_raw(cell) });
+            }
+            // Relaxed: `&mut self` is exclusive; nothing else can be storing.
+            let cell = self.current.load(Ordering::Relaxed);
+            // SAFETY: the live cell, made by `Box::into_raw` and owned by this limiter; `&mut
+            // self` means no check is running on it.
+            drop(unsafe { Box::from_raw(cell) });
+        }
+    }
+}
+
+#[cfg(all(test, feature = "std", not(atomic_limiter_loom)))]
+mod tests {
+    use super::*;
+    use crate::algorithm::GcraAlgorithm;
+    use crate::{Clock, ManualClock, Quota};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    use std::thread;
+
+    /// A clock whose clones count their drops: one clone lives in each cell, so a cell freed is
+    /// a drop counted. It can also run a hook inside every reading (a check in progress).
+    #[derive(Clone)]
+    struct Counted {
+        time: ManualClock,
+        drops: Arc<AtomicUsize>,
+        hook: Arc<dyn Fn() + Send + Sync>,
+    }
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.drops.fetch_add(1, Relaxed);
+        }
+    }
+
+    impl Clock for Counted {
+        fn now(&self) -> u64 {
+            (self.hook)();
+            self.time.now()
+        }
+    }
+
+    fn counted(hook: impl Fn() + Send + Sync + 'static) -> (Counted, Arc<AtomicUsize>) {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let clock = Counted {
+            time: ManualClock::new(),
+            drops: drops.clone(),
+            hook: Arc::new(hook),
+        };
+        (clock, drops)
+    }
+
+    /// Each change frees the cell it replaced before it returns (no check is running), and
+    /// dropping the limiter frees the live one.
+    #[test]
+    fn a_change_frees_the_cell_it_replaced() {
+        let (clock, drops) = counted(|| ());
+        let limiter: Reconfigurable<GcraAlgorithm, Counted> =
+            Reconfigurable::with_clock(Quota::per_second(10), clock);
+        let before = drops.load(Relaxed);
+        for i in 1..=20 {
+            limiter.set_quota(Quota::per_second(i), Carry::Debt);
+            // The replaced cell's clock, and the clone read for the carry's instant.
+            assert_eq!(drops.load(Relaxed) - before, i as usize, "after change {i}");
+        }
+        drop(limiter);
+        assert_eq!(drops.load(Relaxed) - before, 21);
+    }
+
+    /// A change made from inside a check (a clock that changes the quota it is read for) cannot
+    /// wait for that check to end: it keeps the replaced cell, freed by the next change made
+    /// outside one, or when the limiter is dropped. Checks nested in a check keep the outer one
+    /// open.
+    #[test]
+    fn a_change_from_inside_a_check_keeps_the_cell_until_it_can_free_it() {
+        type Tunable = Reconfigurable<GcraAlgorithm, ManualClock>;
+        let other: Arc<std::sync::OnceLock<Arc<Tunable>>> = Arc::default();
+        let inside = Arc::new(AtomicBool::new(false));
+        let (clock, drops) = {
+            let (other, inside) = (other.clone(), inside.clone());
+            counted(move || {
+                if inside.swap(false, Relaxed) {
+                    if let Some(other) = other.get() {
+                        // A nested check, then a change, both inside the outer check.
+                        assert!(other.check().is_allowed());
+                        other.set_quota(Quota::per_second(7), Carry::Debt);
+                    }
+                }
+            })
+        };
+        let outer: Reconfigurable<GcraAlgorithm, Counted> =
+            Reconfigurable::with_clock(Quota::per_second(10), clock);
+        let inner = Arc::new(Tunable::with_clock(
+            Quota::per_second(5),
+            ManualClock::new(),
+        ));
+        let _ = other.set(inner.clone());
+        inside.store(true, Relaxed);
+        assert!(outer.check().is_allowed());
+        assert_eq!(inner.quota(), Quota::per_second(7));
+        // Kept: the change ran inside the outer check's section.
+        assert_eq!(inner.writer.lock().unwrap().len(), 1);
+        inner.set_quota(Quota::per_second(8), Carry::Debt);
+        assert!(inner.writer.lock().unwrap().is_empty());
+        let before = drops.load(Relaxed);
+        drop(outer);
+        assert!(
+            drops.load(Relaxed) > before,
+            "the live cell is freed with the limiter"
+        );
+    }
+
+    /// Threads check while another changes the quota (to the same figures) and frees each
+    /// replaced cell: nothing is read after it is freed (Miri checks this run), and exactly the
+    /// burst is admitted on a frozen clock.
+    #[test]
+    fn checks_racing_changes_never_read_a_freed_cell() {
+        let (checks, changes) = if cfg!(miri) {
+            (60, 10)
+        } else {
+            (20_000, 2_000)
+        };
+        let burst = 50;
+        let quota = Quota::per_second(1).with_burst(burst);
+        let limiter: Reconfigurable<GcraAlgorithm, ManualClock> =
+            Reconfigurable::with_clock(quota, ManualClock::new());
+        let admitted = AtomicUsize::new(0);
+        thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..checks {
+                        if limiter.check().is_allowed() {
+                            admitted.fetch_add(1, Relaxed);
+                        }
+                    }
+                });
+            }
+            // Short-lived threads too: their slots come and go while changes scan them.
+            s.spawn(|| {
+                for _ in 0..4 {
+                    thread::scope(|t| {
+                        t.spawn(|| limiter.quota());
+                    });
+                }
+            });
+            s.spawn(|| {
+                for _ in 0..changes {
+                    limiter.set_quota(quota, Carry::Debt);
+                }
+            });
+        });
+        assert_eq!(admitted.load(Relaxed), burst as usize);
+        assert!(limiter.writer.lock().unwrap().is_empty());
+    }
+}
