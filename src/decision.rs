@@ -38,12 +38,19 @@ pub struct Decision {
     /// Clock resolution in ns; waits are rounded up to it.
     resolution: u64,
     kind: Kind,
+    /// Whether the request may proceed (with [`SHADOWED`] in `by`, only because of shadow mode).
     allowed: bool,
     /// GCRA's scale, or the bucket's tick shift.
     small: u8,
-    /// Which path decided: the decision's last spare byte.
-    by: DecidedBy,
+    /// Which path decided (a [`DecidedBy`] as its byte), and [`SHADOWED`]: the decision's last
+    /// spare byte, shared so that the verdict stays a `bool` (the windows' steps, which carry a
+    /// whole decision through their CAS loop, lost 3 to 5 ns when it became a byte with flags).
+    by: u8,
 }
+
+/// In a decision's `by` byte: the limiter refused the request and shadow mode let it through
+/// ([`Decision::shadow`]). Above every [`DecidedBy`] value.
+const SHADOWED: u8 = 0x80;
 
 /// Which path made a decision: this process's own limiter, or, for the distributed limiters, the
 /// shared store, a local lease, or a failure policy while the store could not be reached.
@@ -53,21 +60,22 @@ pub struct Decision {
 /// while Redis was down, say).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
+#[repr(u8)]
 pub enum DecidedBy {
     /// A limiter in this process, on its own state.
     #[default]
-    Local,
+    Local = 0,
     /// The shared store answered this very request (one round trip).
-    Store,
+    Store = 1,
     /// Tokens leased earlier from the shared store, spent locally without a round trip.
-    Lease,
+    Lease = 2,
     /// The store could not answer in time and the policy admits: fail open.
-    FailOpen,
+    FailOpen = 3,
     /// The store could not answer in time and the policy refuses: fail closed.
-    FailClosed,
+    FailClosed = 4,
     /// The store could not answer in time and a local limiter with this node's share of the
     /// quota decided: fail local.
-    FailLocal,
+    FailLocal = 5,
 }
 
 /// Which [`Detail`] a decision holds.
@@ -177,22 +185,84 @@ impl Decision {
             kind,
             allowed,
             small,
-            by: DecidedBy::Local,
+            by: DecidedBy::Local as u8,
         }
+    }
+
+    /// This decision as shadow mode gives it: allowed whatever the limiter said, so that a new
+    /// limit can be watched before it is enforced. Everything else is the limiter's:
+    /// [`would_allow`](Decision::would_allow) tells its own verdict,
+    /// [`is_shadowed`](Decision::is_shadowed) whether only shadow mode let the request through,
+    /// and the figures (a refusal's [`retry_after`](Decision::retry_after) included) are those
+    /// it would have answered. The tokens of a request the limiter admitted were taken as usual;
+    /// a refused one took none.
+    ///
+    /// ```
+    /// use atomic_limiter::{Gcra, ManualClock, Quota, RateLimiter};
+    /// use std::time::Duration;
+    ///
+    /// let limiter = Gcra::with_clock(Quota::per_second(1), ManualClock::new());
+    /// assert!(limiter.check().shadow().would_allow());
+    /// let d = limiter.check().shadow();
+    /// assert!(d.is_allowed() && !d.would_allow() && d.is_shadowed());
+    /// assert_eq!(d.retry_after(), Duration::from_secs(1)); // what the 429 would have said
+    /// ```
+    #[inline]
+    pub const fn shadow(mut self) -> Decision {
+        if !self.allowed {
+            self.allowed = true;
+            self.by |= SHADOWED;
+        }
+        self
+    }
+
+    /// What the limiter itself decided: [`is_allowed`](Decision::is_allowed) but for a decision
+    /// that shadow mode let through ([`Decision::shadow`]).
+    #[inline]
+    pub const fn would_allow(&self) -> bool {
+        self.allowed && !self.is_shadowed()
+    }
+
+    /// Whether the limiter refused this request and only shadow mode let it through.
+    #[inline]
+    pub const fn is_shadowed(&self) -> bool {
+        self.by & SHADOWED != 0
+    }
+
+    /// The refusal of a request that no wait lets through (more tokens than a burst of `limit`
+    /// holds): `retry_after` is forever.
+    pub(crate) const fn never(limit: u32) -> Decision {
+        Decision::new(
+            false,
+            1,
+            Detail::Eager {
+                remaining: 0,
+                retry_ns: u64::MAX,
+                reset_ns: u64::MAX,
+                limit,
+            },
+        )
     }
 
     /// The same decision, marked as made by `by`.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     #[inline]
     pub(crate) const fn decided_by_(mut self, by: DecidedBy) -> Decision {
-        self.by = by;
+        self.by = (self.by & SHADOWED) | by as u8;
         self
     }
 
     /// Which path made this decision ([`DecidedBy::Local`] for every limiter of the core).
     #[inline]
     pub const fn decided_by(&self) -> DecidedBy {
-        self.by
+        match self.by & !SHADOWED {
+            1 => DecidedBy::Store,
+            2 => DecidedBy::Lease,
+            3 => DecidedBy::FailOpen,
+            4 => DecidedBy::FailClosed,
+            5 => DecidedBy::FailLocal,
+            _ => DecidedBy::Local,
+        }
     }
 
     /// The figures, unpacked.
@@ -298,9 +368,10 @@ impl Decision {
 
     /// `Duration::ZERO` when allowed; otherwise the shortest wait after which the same request
     /// passes if nobody else takes tokens in between, rounded up to the clock's resolution. Waiting
-    /// exactly this long never earns a second denial.
+    /// exactly this long never earns a second denial. (For a decision shadow mode let through,
+    /// the wait the refusal would have given.)
     pub fn retry_after(&self) -> Duration {
-        if self.is_allowed() {
+        if self.would_allow() {
             return Duration::ZERO;
         }
         // Read straight from the fields (see `Decision::new`): this is on a refusal's path.
@@ -337,7 +408,7 @@ impl Decision {
     /// ```
     pub fn retry_after_secs(&self) -> u64 {
         let wait = self.retry_after();
-        if self.is_allowed() {
+        if self.would_allow() {
             0
         } else {
             (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
@@ -418,11 +489,14 @@ impl core::fmt::Debug for Decision {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let mut s = f.debug_struct("Decision");
         s.field("allowed", &self.is_allowed());
+        if self.is_shadowed() {
+            s.field("shadowed", &true);
+        }
         if self.is_table_full() {
             s.field("table_full", &true);
         }
-        if self.by != DecidedBy::Local {
-            s.field("decided_by", &self.by);
+        if self.decided_by() != DecidedBy::Local {
+            s.field("decided_by", &self.decided_by());
         }
         s.field("remaining", &self.remaining())
             .field("limit", &self.limit())
@@ -433,28 +507,28 @@ impl core::fmt::Debug for Decision {
 }
 
 /// One line for a log: `allowed: 9 of 10 left, full in 100ms`, or
-/// `denied: 0 of 10 left, retry after 100ms, full in 1s`, or `denied: table full, retry after 3s`.
+/// `denied: 0 of 10 left, retry after 100ms, full in 1s`, or `denied: table full, retry after 3s`;
+/// a refusal shadow mode let through reads `allowed in shadow, would deny: ...`.
 impl core::fmt::Display for Decision {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        if self.is_table_full() {
-            return write!(
-                f,
-                "denied: table full, retry after {:?}",
-                self.retry_after()
-            );
+        if self.is_shadowed() {
+            f.write_str("allowed in shadow, would deny: ")?;
         }
-        let verdict = if self.is_allowed() {
-            "allowed"
+        if self.is_table_full() {
+            if !self.is_shadowed() {
+                f.write_str("denied: ")?;
+            }
+            return write!(f, "table full, retry after {:?}", self.retry_after());
+        }
+        let verdict = if self.is_shadowed() {
+            ""
+        } else if self.is_allowed() {
+            "allowed: "
         } else {
-            "denied"
+            "denied: "
         };
-        write!(
-            f,
-            "{verdict}: {} of {} left",
-            self.remaining(),
-            self.limit()
-        )?;
-        if self.is_denied() {
+        write!(f, "{verdict}{} of {} left", self.remaining(), self.limit())?;
+        if !self.would_allow() {
             write!(f, ", retry after {:?}", self.retry_after())?;
         }
         write!(f, ", full in {:?}", self.reset_after())
@@ -494,6 +568,44 @@ mod tests {
     #[test]
     fn a_decision_is_six_words() {
         assert_eq!(core::mem::size_of::<Decision>(), 48);
+    }
+
+    /// Who decided and whether shadow mode let it through share a byte: each survives the other.
+    #[test]
+    fn decided_by_and_shadow_share_a_byte_without_mixing() {
+        let all = [
+            DecidedBy::Local,
+            DecidedBy::Store,
+            DecidedBy::Lease,
+            DecidedBy::FailOpen,
+            DecidedBy::FailClosed,
+            DecidedBy::FailLocal,
+        ];
+        let refusal = Decision::never(3);
+        for by in all {
+            let d = refusal.decided_by_(by);
+            assert_eq!(d.decided_by(), by);
+            assert!(!d.is_shadowed() && d.is_denied());
+            let s = d.shadow();
+            assert_eq!(s.decided_by(), by);
+            assert!(s.is_shadowed() && s.is_allowed() && !s.would_allow());
+            // Marked after shadowing, as a store's answer can be.
+            assert!(refusal.shadow().decided_by_(by).is_shadowed());
+            assert_eq!(refusal.shadow().decided_by_(by).decided_by(), by);
+        }
+        // An admission is not changed by shadow mode.
+        let admitted = Decision::new(
+            true,
+            1,
+            Detail::Eager {
+                retry_ns: 0,
+                reset_ns: 0,
+                remaining: 1,
+                limit: 2,
+            },
+        );
+        assert_eq!(admitted.shadow(), admitted);
+        assert!(admitted.would_allow() && !admitted.is_shadowed());
     }
 
     /// Packing and unpacking keep every figure of every kind, at their widest.

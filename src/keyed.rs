@@ -260,16 +260,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             Ok(d) => d,
             // Only a quota function can give a key a burst below 1, and quotas cannot: a request
             // that could never pass, refused with no wait that would help.
-            Err(_) => Decision::new(
-                false,
-                1,
-                Detail::Eager {
-                    remaining: 0,
-                    retry_ns: u64::MAX,
-                    reset_ns: u64::MAX,
-                    limit: 0,
-                },
-            ),
+            Err(_) => Decision::never(0),
         }
     }
 

@@ -18,6 +18,7 @@
 //! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing and gathering |
 //! | [`Keyed`] | one limiter per key on dashmap, with bounded memory (a full table is told apart) |
 //! | [`Reconfigurable`], [`Carry`] | a limiter whose quota changes at run time, its state carried over |
+//! | [`Shadow`] | any limiter in shadow mode: decides and counts, lets everything through ([`Decision::shadow`]) |
 //! | [`Decision`] | allowed? remaining, limit, retry-after (also in whole seconds), reset-after |
 //! | [`Wait`], [`WaitError`] | waiting instead of rejecting: [`RateLimiter::wait_n`], [`RateLimiter::until_n_ready_with`] |
 //! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
@@ -84,6 +85,7 @@ mod rate_limiter;
 mod reconfigure;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod shadow;
 #[cfg(feature = "std")]
 mod sharded;
 mod state_cell;
@@ -111,6 +113,7 @@ pub use rate_limiter::{InsufficientCapacity, RateLimiter};
 pub use reconfigure::Carry;
 #[cfg(feature = "std")]
 pub use reconfigure::Reconfigurable;
+pub use shadow::Shadow;
 #[cfg(feature = "std")]
 pub use sharded::Sharded;
 pub use token_bucket::TokenBucket;

@@ -44,7 +44,8 @@ pub enum Carry {
     #[default]
     Debt,
     /// The share of the burst in use: a limiter three-quarters full stays three-quarters full,
-    /// of the new burst.
+    /// of the new burst. A debt past the whole burst (owed as time after a change to a smaller
+    /// quota) counts as an empty limiter.
     Proportional,
 }
 

@@ -114,7 +114,9 @@ const fn debt(tat: u64, now: u64) -> (u64, u64) {
 /// in `from`'s units, `now_to` in `to`'s. The debt (how far the TAT is ahead of now) is kept as
 /// time, or as the share of the window it fills; either is rounded up in the new units, so the
 /// new limiter is never fuller than the old one was. No debt stays no debt: a full limiter stays
-/// full. A debt past the new window (the clock had stepped back) is kept, below the range's bound.
+/// full. As time, a debt past the new window is kept (below the range's bound); as a share, it is
+/// at most the whole window (an empty limiter), so that changes back and forth cannot compound a
+/// debt carried as time into a smaller window.
 pub(crate) fn carry(
     tat: u64,
     now: u64,
@@ -127,10 +129,10 @@ pub(crate) fn carry(
     if ahead == 0 {
         return now_to;
     }
-    let (num, den) = if proportional {
-        (to.window, from.window)
+    let (ahead, num, den) = if proportional {
+        (ahead.min(from.window), to.window, from.window)
     } else {
-        (to.scale, from.scale)
+        (ahead, to.scale, from.scale)
     };
     // ahead < 2^63 and num <= 2^62: the product fits in 128 bits.
     let carried = (u128::from(ahead) * u128::from(num)).div_ceil(u128::from(den));

@@ -32,6 +32,7 @@ struct Config<X, Be> {
     headers: Headers,
     on_allowed: bool,
     problem: bool,
+    shadow: bool,
     policy: Arc<PolicyName>,
     delay: Option<Duration>,
     max_waiting: usize,
@@ -69,6 +70,16 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayerBuilder<X, Be> {
     /// `quota-exceeded` and `temporary-reduced-capacity` types); off by default (empty body).
     pub fn problem_json(mut self, on: bool) -> Self {
         self.config.problem = on;
+        self
+    }
+
+    /// Shadow mode (off by default): every request is decided and counted as usual, and then let
+    /// through, refusals included (as are requests whose key cannot be read, and those above the
+    /// burst); nothing waits in the delay mode. With [`headers_on_allowed`](Self::headers_on_allowed)
+    /// the responses carry the fields the limit would give, so a new limit can be watched from
+    /// the client side before it is enforced.
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.config.shadow = on;
         self
     }
 
@@ -148,6 +159,7 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayer<X, Be> {
                 headers: Headers::Ietf,
                 on_allowed: false,
                 problem: false,
+                shadow: false,
                 policy: Arc::new(PolicyName::new("default")),
                 delay: None,
                 max_waiting: 1024,
@@ -218,7 +230,9 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         answer: Result<Decision, InsufficientCapacity>,
     ) -> Verdict<B> {
         let decision = match answer {
+            Ok(d) if self.shadow => d.shadow(),
             Ok(d) => d,
+            Err(_) if self.shadow => return Verdict::Pass(None),
             Err(e) => {
                 let problem = Problem::TooCostly {
                     cost: e.requested,
@@ -310,7 +324,8 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
     /// How long a refused request sleeps before asking again, if the delay mode lets it.
     fn nap(&self, decision: &Decision, waited: Duration) -> Option<Duration> {
         let max_wait = self.delay?;
-        if decision.is_table_full() || decision.decided_by() == DecidedBy::FailClosed {
+        if self.shadow || decision.is_table_full() || decision.decided_by() == DecidedBy::FailClosed
+        {
             return None;
         }
         // Sleeping needs tokio's timer; without a runtime there is nothing to sleep on.
@@ -394,6 +409,15 @@ where
         let head = RequestHead::of(&request);
         let key = match config.extractor.extract(&head) {
             Ok(key) => key,
+            // In shadow mode the request goes on: only a limit is being watched.
+            Err(_) if config.shadow => {
+                return ResponseFuture {
+                    state: State::Inner {
+                        future: self.inner.call(request),
+                        fields: None,
+                    },
+                };
+            }
             Err(e) => return ResponseFuture::answer(config.key_error(&e)),
         };
         let cost = config.cost.as_ref().map_or(1, |cost| cost(&head));

@@ -735,3 +735,62 @@ mod chains {
         }
     }
 }
+
+/// Shadow mode lets every request through (over the quota, a full table, no key, above the
+/// burst) while the table decides and counts as usual; the fields on the responses say what the
+/// limit would have answered.
+#[tokio::test]
+async fn shadow_mode_lets_everything_through_and_tells_what_the_limit_would_say() {
+    let clock = ManualClock::new();
+    let keys = table(Quota::per_second(2), 1, &clock);
+    let layer = RateLimitLayer::builder(PeerIp::new(), keys.clone())
+        .headers_on_allowed(true)
+        .cost(|head| if head.uri().path() == "/big" { 5 } else { 1 })
+        .shadow(true)
+        .build();
+    let mut remaining = vec![];
+    for _ in 0..4 {
+        let response = send(&layer, from("192.0.2.1:1000")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().get("retry-after").is_none());
+        let (_, limit) = sf_item(response.headers(), "ratelimit");
+        remaining.push(param(&limit, "r"));
+    }
+    // What the limit would have said: two admitted, then nothing left.
+    assert_eq!(remaining, [Some(1), Some(0), Some(0), Some(0)]);
+    // The table counted: the tokens the limit admitted were taken, the refusals took none.
+    assert!(
+        keys.check_key(&IpKey::from("192.0.2.1".parse::<IpAddr>().unwrap()))
+            .is_denied()
+    );
+    clock.advance(Duration::from_millis(500));
+    assert!(
+        keys.check_key(&IpKey::from("192.0.2.1".parse::<IpAddr>().unwrap()))
+            .is_allowed()
+    );
+    // A second client finds the one-key table full: let through.
+    assert_eq!(
+        send(&layer, from("192.0.2.2:1000")).await.status(),
+        StatusCode::OK
+    );
+    // No peer address (a setup mistake that is a 500 when enforcing): let through.
+    let no_peer = Request::get("/").body(()).unwrap();
+    assert_eq!(send(&layer, no_peer).await.status(), StatusCode::OK);
+    // Above the burst (a 429 with no wait when enforcing): let through.
+    let mut big = Request::get("/big").body(()).unwrap();
+    big.extensions_mut()
+        .insert("192.0.2.1:1000".parse::<SocketAddr>().unwrap());
+    assert_eq!(send(&layer, big).await.status(), StatusCode::OK);
+    // The same layer enforcing refuses the third request.
+    let enforcing = RateLimitLayer::new(PeerIp::new(), table(Quota::per_second(2), 1, &clock));
+    for expected in [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+    ] {
+        assert_eq!(
+            send(&enforcing, from("192.0.2.1:1000")).await.status(),
+            expected
+        );
+    }
+}

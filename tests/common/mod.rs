@@ -107,17 +107,20 @@ impl Model {
     }
 
     /// The model after its quota changes to `q` at `now`: the debt (what the bucket lacks of
-    /// full) kept as time, or as its share of the capacity, rounded up in the new terms.
+    /// full) kept as time, or as its share of the capacity (at most all of it), rounded up in the
+    /// new terms; a debt is never carried past the documented range bound (2^61 units past the
+    /// new capacity).
     pub fn reconfigured(&mut self, now: u64, q: &Quota, proportional: bool) -> Model {
         self.refill(now);
         let debt = self.cap() - self.num;
         let mut next = Model::new(q, now);
-        let (num, den) = if proportional {
-            (next.cap(), self.cap())
+        let (debt, num, den) = if proportional {
+            (debt.min(self.cap()), next.cap(), self.cap())
         } else {
-            (next.rate, self.rate)
+            (debt, next.rate, self.rate)
         };
-        next.num -= (debt * num + den - 1) / den;
+        let carried = ((debt * num + den - 1) / den).min((1 << 61) + next.cap());
+        next.num -= carried;
         next
     }
 
