@@ -9,5 +9,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --all-targets --features redis -- -D warnings
 cargo clippy --all-targets --features tower,axum -- -D warnings
 cargo clippy --all-targets --features tower,axum,redis -- -D warnings
+cargo clippy --all-targets --features metrics -- -D warnings
+cargo clippy --all-targets --features tower,axum,redis,metrics -- -D warnings
 cargo fmt --all --check
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter --features redis,tower,axum
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter --features redis,tower,axum,metrics

@@ -13,7 +13,7 @@ redis-server --version
 # A missing server fails these tests instead of skipping them.
 export CI="${CI:-true}"
 cargo test --features redis --lib redis
-cargo test --features redis --test redis
+cargo test --features redis,metrics --test redis
 cargo run --release --features redis --example redis_compare -- --quick
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -25,6 +25,7 @@
 //! | `baseline` (feature) | the textbook mutex limiters, for benchmarks and differential tests |
 //! | `redis` (feature) | one quota across nodes, in Redis: `RedisGcra`, `Leased` |
 //! | `http` (feature `tower`) | a tower layer: `429` with `Retry-After` and the `RateLimit` fields |
+//! | `LimiterMetrics`, `Instrumented` (feature `metrics`) | counters of every decision, on the `metrics` facade |
 //!
 //! Long-form documents live in the repository's `docs/` folder and in [`docs`]: [`docs::design`]
 //! (the maths, the packed layouts, the range analysis and the memory-ordering argument),
@@ -61,6 +62,7 @@
 //! | `redis` | no | the `redis` module: one quota across nodes, in Redis (Rust 1.88) |
 //! | `tower` | no | the `http` module: a tower layer answering `429` with the `RateLimit` fields |
 //! | `axum` | no | with `tower`: the peer address read from axum's `ConnectInfo` |
+//! | `metrics` | no | `LimiterMetrics` and `Instrumented`: counters on the `metrics` facade |
 //!
 //! Without `std` the crate is `no_std` (it needs `alloc` for [`ManualClock`]'s shared time):
 //! [`Quota`], [`Gcra`], [`TokenBucket`], [`FixedWindow`], [`SlidingWindowCounter`], [`Throttle`]
@@ -77,6 +79,8 @@ mod decision;
 mod gcra;
 #[cfg(feature = "tower")]
 pub mod http;
+#[cfg(feature = "metrics")]
+mod instrument;
 #[cfg(feature = "std")]
 pub mod keyed;
 mod limiter;
@@ -103,6 +107,8 @@ pub use decision::{DecidedBy, Decision};
 pub use gcra::Gcra;
 pub use gcra::reservation::{Reservation, ReservationGuard};
 pub use gcra::throttle::{Throttle, ThrottleError};
+#[cfg(feature = "metrics")]
+pub use instrument::{Instrumented, LimiterMetrics};
 #[cfg(feature = "std")]
 pub use keyed::limiter::KeyedLimiter;
 #[cfg(feature = "std")]

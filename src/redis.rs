@@ -76,6 +76,7 @@ use core::time::Duration;
 
 use crate::decision::{DecidedBy, Decision};
 use crate::quota::Quota;
+use crate::rate_limiter::InsufficientCapacity;
 
 mod breaker;
 mod lease;
@@ -116,6 +117,8 @@ pub struct RedisOptions {
     cooldown: Duration,
     policy: FailurePolicy,
     max_local_keys: usize,
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::instrument::LimiterMetrics>,
 }
 
 impl Default for RedisOptions {
@@ -129,6 +132,8 @@ impl Default for RedisOptions {
             cooldown: Duration::from_millis(250),
             policy: FailurePolicy::Closed,
             max_local_keys: 100_000,
+            #[cfg(feature = "metrics")]
+            metrics: None,
         }
     }
 }
@@ -165,6 +170,50 @@ impl RedisOptions {
     pub fn with_max_local_keys(mut self, max_keys: usize) -> RedisOptions {
         self.max_local_keys = max_keys;
         self
+    }
+
+    /// Counts every decision the limiter returns, each call to the store that got no answer (by
+    /// reason) and each lease granted, in `metrics` (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    pub fn with_metrics(mut self, metrics: crate::instrument::LimiterMetrics) -> RedisOptions {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Counts a decision the limiter returns, if counters were given.
+    #[inline]
+    pub(crate) fn count(&self, answer: &Result<Decision, InsufficientCapacity>) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            match answer {
+                Ok(decision) => m.record(decision),
+                Err(_) => m.record_too_costly(),
+            }
+        }
+        let _ = answer;
+    }
+
+    /// Counts a call to the store that got no answer, if counters were given.
+    pub(crate) fn count_failure(&self, error: &StoreError) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            use crate::instrument::BackendError;
+            m.backend_error(match error {
+                StoreError::Timeout(_) => BackendError::Timeout,
+                StoreError::CircuitOpen { .. } => BackendError::CircuitOpen,
+                StoreError::Redis(_) => BackendError::Redis,
+                StoreError::BadReply => BackendError::BadReply,
+            });
+        }
+        let _ = error;
+    }
+
+    /// Counts a lease granted, if counters were given.
+    pub(crate) fn count_lease(&self) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.lease_refill();
+        }
     }
 
     /// The deadline of each call.
@@ -272,7 +321,7 @@ fn failure_decision(
     policy: FailurePolicy,
     limit: u32,
     retry_ns: u64,
-    local: impl FnOnce() -> Option<Result<Decision, crate::InsufficientCapacity>>,
+    local: impl FnOnce() -> Option<Result<Decision, InsufficientCapacity>>,
 ) -> Decision {
     let retry_us = retry_ns.div_ceil(1000).max(1);
     // Nothing is known of the remainder: 0, so that no client bursts on the strength of it.

@@ -17,6 +17,10 @@ use atomic_limiter::{DecidedBy, Quota};
 
 #[path = "../src/redis/test_server.rs"]
 mod redis_server;
+
+#[cfg(feature = "metrics")]
+#[path = "common/counters.rs"]
+mod counters;
 use redis_server::{RedisCluster, RedisServer};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -1033,4 +1037,75 @@ fn the_core_cases_pass_on_a_cluster() {
     });
     leased_bound(&urls, true);
     drop(cluster);
+}
+
+/// The `metrics` feature's Redis counters: decisions on the store, failure-policy decisions and
+/// the calls that got no answer (by reason, the circuit breaker's refusals included) after a
+/// SIGKILL, and the leases a `Leased` limiter was granted.
+#[cfg(feature = "metrics")]
+#[test]
+fn store_decisions_failures_and_leases_are_counted() {
+    use atomic_limiter::LimiterMetrics;
+    use metrics_util::debugging::DebuggingRecorder;
+    let _one_at_a_time = timed();
+    let Some(mut server) = RedisServer::start("store_decisions_failures_and_leases_are_counted")
+    else {
+        return;
+    };
+    let recorder = DebuggingRecorder::new();
+    let (store_counters, lease_counters) = metrics::with_local_recorder(&recorder, || {
+        (LimiterMetrics::new("store"), LimiterMetrics::new("lease"))
+    });
+    runtime().block_on(async {
+        let o = options(FailurePolicy::Closed).with_metrics(store_counters);
+        let gcra = limiter(&server.url(), Quota::per_second(100).with_burst(10), o).await;
+        for _ in 0..3 {
+            assert_eq!(gcra.check("a").await.decided_by(), DecidedBy::Store);
+        }
+        let lo = options(FailurePolicy::Open).with_metrics(lease_counters);
+        let store = RedisStore::connect(&server.url(), &lo).await.unwrap();
+        let remote = RedisGcra::with_limits(
+            store,
+            "m",
+            [("q", Quota::per_second(1000).with_burst(100))],
+            lo,
+        )
+        .unwrap();
+        let leased = Leased::new(remote, "s", LeaseOptions::default().with_max_lease(5));
+        while leased.check().await.decided_by() != DecidedBy::Lease {}
+        server.kill();
+        for _ in 0..20 {
+            assert_eq!(gcra.check("a").await.decided_by(), DecidedBy::FailClosed);
+        }
+        let mut failed_open = 0;
+        for _ in 0..50 {
+            failed_open += u32::from(leased.check().await.decided_by() == DecidedBy::FailOpen);
+        }
+        assert!(failed_open > 0);
+    });
+    let c = counters::counters(&recorder);
+    let get = |name: &str, labels: &str| counters::count(&c, name, labels);
+    assert_eq!(get("allowed_total", "limiter=store"), 3);
+    assert_eq!(
+        get("failure_decisions_total", "limiter=store,policy=closed"),
+        20
+    );
+    assert_eq!(get("denied_total", "limiter=store"), 20);
+    let unanswered = get("backend_errors_total", "limiter=store,reason=redis")
+        + get("backend_errors_total", "limiter=store,reason=timeout");
+    assert!(unanswered >= 1, "{c:#?}");
+    // Three failures in a row open the breaker: the calls after are refused without a call.
+    assert!(
+        get("backend_errors_total", "limiter=store,reason=circuit_open") >= 1,
+        "{c:#?}"
+    );
+    assert!(get("lease_refills_total", "limiter=lease") >= 1, "{c:#?}");
+    assert!(
+        get("failure_decisions_total", "limiter=lease,policy=open") >= 1,
+        "{c:#?}"
+    );
+    assert_eq!(
+        get("failure_decisions_total", "limiter=store,policy=open"),
+        0
+    );
 }

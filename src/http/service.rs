@@ -33,6 +33,8 @@ struct Config<X, Be> {
     on_allowed: bool,
     problem: bool,
     shadow: bool,
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::instrument::LimiterMetrics>,
     policy: Arc<PolicyName>,
     delay: Option<Duration>,
     max_waiting: usize,
@@ -80,6 +82,15 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayerBuilder<X, Be> {
     /// the client side before it is enforced.
     pub fn shadow(mut self, on: bool) -> Self {
         self.config.shadow = on;
+        self
+    }
+
+    /// Counts every decision the layer acts on in `metrics` (feature `metrics`): admitted,
+    /// near the limit, refused, a full table, shadowed. A Redis backend counts its own decisions
+    /// when its options have counters: give them to one of the two, not both.
+    #[cfg(feature = "metrics")]
+    pub fn metrics(mut self, metrics: crate::instrument::LimiterMetrics) -> Self {
+        self.config.metrics = Some(metrics);
         self
     }
 
@@ -160,6 +171,8 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayer<X, Be> {
                 on_allowed: false,
                 problem: false,
                 shadow: false,
+                #[cfg(feature = "metrics")]
+                metrics: None,
                 policy: Arc::new(PolicyName::new("default")),
                 delay: None,
                 max_waiting: 1024,
@@ -217,6 +230,24 @@ enum Verdict<B: From<Bytes>> {
 }
 
 impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
+    /// Counts a decision, if the layer has counters.
+    #[inline(always)]
+    fn count(&self, decision: &Decision) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.record(decision);
+        }
+        let _ = decision;
+    }
+
+    /// Counts a request refused for costing more than the burst, if the layer has counters.
+    fn count_too_costly(&self) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.record_too_costly();
+        }
+    }
+
     /// Whether admitted responses get the fields.
     #[inline]
     fn fields_on_allowed(&self) -> bool {
@@ -232,8 +263,12 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         let decision = match answer {
             Ok(d) if self.shadow => d.shadow(),
             Ok(d) => d,
-            Err(_) if self.shadow => return Verdict::Pass(None),
+            Err(_) if self.shadow => {
+                self.count_too_costly();
+                return Verdict::Pass(None);
+            }
             Err(e) => {
+                self.count_too_costly();
                 let problem = Problem::TooCostly {
                     cost: e.requested,
                     burst: e.burst,
@@ -246,6 +281,7 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
                 ));
             }
         };
+        self.count(&decision);
         if decision.is_allowed() {
             if !self.fields_on_allowed() {
                 return Verdict::Pass(None);
@@ -424,6 +460,7 @@ where
         let checked = match config.backend.check(&key, cost) {
             // Admitted on the spot with nothing to add: the common path, all inline.
             Checked::Ready(Ok(ref d)) if d.is_allowed() && !config.fields_on_allowed() => {
+                config.count(d);
                 return ResponseFuture {
                     state: State::Inner {
                         future: self.inner.call(request),

@@ -794,3 +794,48 @@ async fn shadow_mode_lets_everything_through_and_tells_what_the_limit_would_say(
         );
     }
 }
+
+#[cfg(feature = "metrics")]
+#[path = "../../tests/common/counters.rs"]
+mod counters;
+
+/// The layer counts what it acts on: admitted on the fast path, refused, a full table, a request
+/// above the burst, and in shadow mode what it let through.
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn the_layer_counts_every_decision() {
+    use metrics_util::debugging::DebuggingRecorder;
+    let recorder = DebuggingRecorder::new();
+    let (enforcing, shadow) = metrics::with_local_recorder(&recorder, || {
+        let clock = ManualClock::new();
+        let enforcing =
+            RateLimitLayer::builder(PeerIp::new(), table(Quota::per_second(2), 1, &clock))
+                .cost(|head| if head.uri().path() == "/big" { 9 } else { 1 })
+                .metrics(crate::LimiterMetrics::new("web"))
+                .build();
+        let shadow = RateLimitLayer::builder(PeerIp::new(), table(Quota::per_second(1), 1, &clock))
+            .shadow(true)
+            .metrics(crate::LimiterMetrics::new("watch"))
+            .build();
+        (enforcing, shadow)
+    });
+    for _ in 0..3 {
+        send(&enforcing, from("192.0.2.1:1")).await;
+    }
+    send(&enforcing, from("192.0.2.2:1")).await; // the one-key table is full
+    let mut big = Request::get("/big").body(()).unwrap();
+    big.extensions_mut()
+        .insert("192.0.2.1:1".parse::<SocketAddr>().unwrap());
+    send(&enforcing, big).await;
+    for _ in 0..3 {
+        send(&shadow, from("192.0.2.1:1")).await;
+    }
+    let c = counters::counters(&recorder);
+    let get = |name: &str, labels: &str| counters::count(&c, name, labels);
+    assert_eq!(get("allowed_total", "limiter=web"), 2);
+    assert_eq!(get("denied_total", "limiter=web"), 2); // over the rate, and above the burst
+    assert_eq!(get("table_full_total", "limiter=web"), 1);
+    assert_eq!(get("allowed_total", "limiter=watch"), 1);
+    assert_eq!(get("denied_total", "limiter=watch"), 2);
+    assert_eq!(get("shadowed_total", "limiter=watch"), 2);
+}

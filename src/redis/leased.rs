@@ -180,6 +180,13 @@ impl Leased {
     /// Checks a request for `n` tokens: from the lease when it holds them (no I/O), otherwise
     /// after one refill from the store (within the deadline), or by the failure policy.
     pub async fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        let answer = self.decide_n(n).await;
+        self.inner.remote.options().count(&answer);
+        answer
+    }
+
+    /// [`Leased::check_n`], before it is counted.
+    async fn decide_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
         InsufficientCapacity::check(n, self.max_cost())?;
         // Relaxed: as in `without_lease`. Built outside a runtime, nothing probes the store in
         // the background while it fails: probe here (the breaker keeps it cheap while open).
@@ -368,6 +375,7 @@ impl Leased {
             return;
         }
         demand.refusals = 0;
+        inner.remote.options().count_lease();
         // Relaxed: as above.
         inner.denied_until.store(0, Ordering::Relaxed);
         let expiry = lease::expiry(sent, inner.ttl_ns);

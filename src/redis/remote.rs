@@ -132,6 +132,13 @@ impl RedisGcra {
     /// Checks a request for `n` tokens for `subject`, all or nothing; `n = 0` peeks and writes
     /// nothing. More than a limit's burst is an error, answered without a round trip.
     pub async fn check_n(&self, subject: &str, n: u32) -> Result<Decision, InsufficientCapacity> {
+        let answer = self.decide_n(subject, n).await;
+        self.inner.options.count(&answer);
+        answer
+    }
+
+    /// [`RedisGcra::check_n`], before it is counted.
+    async fn decide_n(&self, subject: &str, n: u32) -> Result<Decision, InsufficientCapacity> {
         for l in &self.inner.limits {
             InsufficientCapacity::check(n, l.quota.burst())?;
         }
@@ -270,9 +277,11 @@ impl RedisGcra {
         let start = inner.clock.now();
         let permit = inner.breaker.admit(start);
         if let Permit::Refuse { wait_ns } = permit {
-            return Err(StoreError::CircuitOpen {
+            let refused = StoreError::CircuitOpen {
                 retry_after: Duration::from_nanos(wait_ns),
-            });
+            };
+            inner.options.count_failure(&refused);
+            return Err(refused);
         }
         // Reports a probe cancelled mid-call as a failure.
         let guard = ProbeGuard::new(&inner.breaker, permit, start);
@@ -293,6 +302,9 @@ impl RedisGcra {
             Err(_) => Err(StoreError::Timeout(inner.options.deadline)),
         };
         guard.settle(result.is_ok(), inner.clock.now());
+        if let Err(e) = &result {
+            inner.options.count_failure(e);
+        }
         result
     }
 }
