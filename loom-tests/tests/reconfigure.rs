@@ -52,3 +52,34 @@ fn model_12_a_check_racing_a_change_is_counted_once() {
 fn model_12_broken_twin_is_caught() {
     a_check_racing_a_change_is_counted_once(true);
 }
+
+/// Model 12, longer: burst 2; one thread checks twice while another changes the quota twice
+/// (the second change retires the cell the first built), then two more checks. Exactly 2 are
+/// admitted in all.
+#[test]
+fn model_12_two_checks_racing_two_changes_are_counted_once_each() {
+    loom::model(|| {
+        let limiter: Arc<Reconfigurable<GcraAlgorithm, ManualClock>> = Arc::new(
+            Reconfigurable::with_clock(quota(2), ManualClock::starting_at(1)),
+        );
+        let checker = {
+            let limiter = limiter.clone();
+            thread::spawn(move || (0..2).filter(|_| limiter.check().is_allowed()).count())
+        };
+        let changer = {
+            let limiter = limiter.clone();
+            thread::spawn(move || {
+                limiter.set_quota(quota(2), Carry::Debt);
+                limiter.set_quota(quota(2), Carry::Proportional);
+            })
+        };
+        changer.join().unwrap();
+        let racing = checker.join().unwrap();
+        let after = (0..2).filter(|_| limiter.check().is_allowed()).count();
+        assert_eq!(
+            racing + after,
+            2,
+            "admitted for a burst of 2 on a frozen clock"
+        );
+    });
+}
