@@ -39,8 +39,9 @@ pub use self::cell::Reconfigurable;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Carry {
     /// The debt, as time: the limiter is full again at the same instant as before. A client that
-    /// spent its burst waits as long as it would have (at least until the new quota lets it
-    /// through: a debt past a smaller new burst waits until it is paid down to it).
+    /// spent its burst waits as long as it would have. With GCRA a debt past a smaller new burst
+    /// is kept (the client waits until it is paid down); a token bucket holds no less than
+    /// nothing, so there it counts as empty.
     #[default]
     Debt,
     /// The share of the burst in use: a limiter three-quarters full stays three-quarters full,
@@ -79,8 +80,8 @@ mod cell {
 
     /// A limiter whose quota can change at run time, from any thread, while others check.
     ///
-    /// It runs the algorithm `A` ([`Gcra`](crate::Gcra)'s, `Reconfigurable<GcraAlgorithm>`) on
-    /// the clock `C`, and keeps its state across a change as [`Carry`] says. A check is the plain
+    /// It runs the algorithm `A` ([`Gcra`](crate::Gcra)'s, `Reconfigurable<GcraAlgorithm>`, or
+    /// [`TokenBucket`](crate::TokenBucket)'s) on the clock `C`, and keeps its state across a change as [`Carry`] says. A check is the plain
     /// limiter's check plus a pointer load and two stores to its thread's slot (no lock, no
     /// read-modify-write; a full fence too where the kernel cannot put the barrier on every
     /// thread, outside Linux; a thread's first check registers its slot, one small allocation). A

@@ -4,8 +4,8 @@ use self::math::{BucketFigures, BucketParams, Outcome};
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
-use crate::limiter::algorithm::engine::{Answer, Engine, Total};
-use crate::limiter::algorithm::{Algorithm, Continuous};
+use crate::limiter::algorithm::engine::{Answer, Carried, Engine, Total};
+use crate::limiter::algorithm::{Algorithm, Continuous, Retunable};
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
 
@@ -68,6 +68,15 @@ pub struct TokenBucketAlgorithm(BucketParams);
 
 impl Algorithm for TokenBucketAlgorithm {}
 impl Continuous for TokenBucketAlgorithm {}
+impl Retunable for TokenBucketAlgorithm {}
+
+impl Carried for TokenBucketAlgorithm {
+    /// In nanoseconds: the bucket reads them as its units.
+    fn carry(&self, word: u64, now: u64, to: &Self, _now_to: u64, how: crate::Carry) -> u64 {
+        let proportional = matches!(how, crate::Carry::Proportional);
+        math::carry(word, now, &self.0, &to.0, proportional)
+    }
+}
 
 impl Total for TokenBucketAlgorithm {
     fn continuous(quota: &Quota) -> TokenBucketAlgorithm {

@@ -2,8 +2,8 @@
 
 mod common;
 
-use atomic_limiter::algorithm::GcraAlgorithm;
-use atomic_limiter::{Carry, Clock, ManualClock, Quota, Reconfigurable};
+use atomic_limiter::algorithm::{GcraAlgorithm, Retunable, TokenBucketAlgorithm};
+use atomic_limiter::{Carry, Clock, Decision, ManualClock, Quota, Reconfigurable};
 use common::Model;
 use proptest::prelude::*;
 use std::sync::Barrier;
@@ -50,50 +50,87 @@ fn run() -> impl Strategy<Value = (Vec<Quota>, Vec<Op>)> {
     })
 }
 
+/// Runs `ops` through a reconfigurable limiter on the algorithm `A` and through the exact model
+/// (carried the same way; a debt past the new capacity counts as empty when `at_most_empty`),
+/// giving each check within the burst to `judge` with the model at that instant; and checks that
+/// since each change admissions never exceed what the quota in force allows (burst + elapsed ×
+/// rate).
+fn against_the_model<A: Retunable + 'static>(
+    quotas: &[Quota],
+    ops: &[Op],
+    at_most_empty: bool,
+    mut judge: impl FnMut(&Decision, &mut Model, u64, u32) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let clock = ManualClock::starting_at(1_000_000);
+    let limiter: Reconfigurable<A, ManualClock> =
+        Reconfigurable::with_clock(quotas[0], clock.clone());
+    let mut model = Model::new(&quotas[0], clock.now());
+    let (mut quota, mut since, mut admitted) = (quotas[0], clock.now(), 0u128);
+    for op in ops {
+        let now = clock.now();
+        match *op {
+            Op::Advance(ns) => clock.advance_nanos(ns),
+            Op::Set(i, carry) => {
+                limiter.set_quota(quotas[i], carry);
+                let proportional = carry == Carry::Proportional;
+                model = model.reconfigured_as(now, &quotas[i], proportional, at_most_empty);
+                (quota, since, admitted) = (quotas[i], now, 0);
+                prop_assert_eq!(limiter.quota(), quota);
+            }
+            Op::Check(n) => {
+                let d = limiter.check_n(n);
+                if n > quota.burst() {
+                    prop_assert!(d.is_err());
+                    continue;
+                }
+                let d = d.unwrap();
+                judge(&d, &mut model, now, n)?;
+                if d.is_allowed() {
+                    admitted += u128::from(n);
+                }
+                prop_assert!(
+                    admitted <= Model::admission_bound(&quota, since, now),
+                    "{} admitted since the change to {:?}",
+                    admitted,
+                    quota
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(
         std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)
     ))]
 
-    /// Every decision, figures included, is the exact model's, through any sequence of checks and
-    /// quota changes (either carry); and since the last change, admissions never exceed what the
-    /// quota in force allows (burst + elapsed × rate).
+    /// GCRA: every decision, figures included, is the exact model's, through any sequence of
+    /// checks and quota changes (either carry).
     #[test]
     fn checks_and_changes_match_the_exact_model((quotas, ops) in run()) {
-        let clock = ManualClock::starting_at(1_000_000);
-        let limiter = Tunable::with_clock(quotas[0], clock.clone());
-        let mut model = Model::new(&quotas[0], clock.now());
-        let (mut quota, mut since, mut admitted) = (quotas[0], clock.now(), 0u128);
-        for op in ops {
-            let now = clock.now();
-            match op {
-                Op::Advance(ns) => clock.advance_nanos(ns),
-                Op::Set(i, carry) => {
-                    limiter.set_quota(quotas[i], carry);
-                    model = model.reconfigured(now, &quotas[i], carry == Carry::Proportional);
-                    (quota, since, admitted) = (quotas[i], now, 0);
-                    prop_assert_eq!(limiter.quota(), quota);
-                }
-                Op::Check(n) => {
-                    let d = limiter.check_n(n);
-                    if n > quota.burst() {
-                        prop_assert!(d.is_err());
-                        continue;
-                    }
-                    let d = d.unwrap();
-                    let m = model.check(now, n);
-                    prop_assert_eq!(d.is_allowed(), m.allowed, "decision at {} for {}", now, n);
-                    prop_assert_eq!(d.remaining(), m.remaining);
-                    prop_assert_eq!(d.retry_after().as_nanos(), m.retry_ns as u128);
-                    prop_assert_eq!(d.reset_after().as_nanos(), m.reset_ns as u128);
-                    if d.is_allowed() {
-                        admitted += u128::from(n);
-                    }
-                    prop_assert!(admitted <= Model::admission_bound(&quota, since, now),
-                        "{} admitted since the change to {:?}", admitted, quota);
-                }
-            }
-        }
+        against_the_model::<GcraAlgorithm>(&quotas, &ops, false, |d, model, now, n| {
+            let m = model.check(now, n);
+            prop_assert_eq!(d.is_allowed(), m.allowed, "decision at {} for {}", now, n);
+            prop_assert_eq!(d.remaining(), m.remaining);
+            prop_assert_eq!(d.retry_after().as_nanos(), m.retry_ns as u128);
+            prop_assert_eq!(d.reset_after().as_nanos(), m.reset_ns as u128);
+            Ok(())
+        })?;
+    }
+
+    /// The token bucket: it never admits what the exact model (carried the same way, a debt past
+    /// the new burst counting as empty, and following the bucket's own admissions) refuses.
+    #[test]
+    fn a_reconfigured_bucket_is_never_ahead_of_the_exact_model((quotas, ops) in run()) {
+        against_the_model::<TokenBucketAlgorithm>(&quotas, &ops, true, |d, model, now, n| {
+            let (num, den) = model.tokens_at(now);
+            let exact_allows = n == 0 || num >= i128::from(n) * den;
+            prop_assert!(!d.is_allowed() || exact_allows,
+                "admitted {} at {} with {}/{} tokens", n, now, num, den);
+            model.apply(now, n, d.is_allowed());
+            Ok(())
+        })?;
     }
 }
 

@@ -109,8 +109,20 @@ impl Model {
     /// The model after its quota changes to `q` at `now`: the debt (what the bucket lacks of
     /// full) kept as time, or as its share of the capacity (at most all of it), rounded up in the
     /// new terms; a debt is never carried past the documented range bound (2^61 units past the
-    /// new capacity).
+    /// new capacity) and, for a bucket that cannot hold less than nothing (`at_most_empty`), past
+    /// the new capacity.
     pub fn reconfigured(&mut self, now: u64, q: &Quota, proportional: bool) -> Model {
+        self.reconfigured_as(now, q, proportional, false)
+    }
+
+    /// [`Model::reconfigured`], the debt capped at the new capacity when `at_most_empty`.
+    pub fn reconfigured_as(
+        &mut self,
+        now: u64,
+        q: &Quota,
+        proportional: bool,
+        at_most_empty: bool,
+    ) -> Model {
         self.refill(now);
         let debt = self.cap() - self.num;
         let mut next = Model::new(q, now);
@@ -120,6 +132,11 @@ impl Model {
             (debt, next.rate, self.rate)
         };
         let carried = ((debt * num + den - 1) / den).min((1 << 61) + next.cap());
+        let carried = if at_most_empty {
+            carried.min(next.cap())
+        } else {
+            carried
+        };
         next.num -= carried;
         next
     }
