@@ -26,6 +26,7 @@ use crate::keyed::due::{DueQueue, Front, NoRoom};
 use crate::keyed::limiter::engine::KeyState;
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
+use crate::reconfigure::Carry;
 use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
 use crate::token_bucket::TokenBucket;
 use crate::wait::Wait;
@@ -454,6 +455,77 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         answer
     }
 
+    /// Applies a new answer of the quota function to the held `key` (a tenant's plan changed in
+    /// the configuration the function reads): the key moves to the new quota now, its state
+    /// carried over as `carry` says, exactly as a [`Reconfigurable`](crate::Reconfigurable)
+    /// limiter's would be. Returns whether the key's quota changed. A key not held takes the
+    /// function's answer when it next comes; a table with one quota for every key has no
+    /// per-key quota to change (`false`).
+    ///
+    /// The change runs under the key's shard write lock, which no check on the key runs
+    /// beside: every check decides on the old quota and state or on the new ones.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use atomic_limiter::{Carry, Gcra, Keyed, ManualClock, Quota};
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    ///
+    /// let pro_rate = Arc::new(AtomicU64::new(2)); // the configuration the quota function reads
+    /// let rate = pro_rate.clone();
+    /// let clock = ManualClock::new();
+    /// let tenants = Keyed::with_quota_fn(
+    ///     1000,
+    ///     move |_: &&str| Quota::per_second(rate.load(Relaxed)),
+    ///     move |q| Gcra::with_clock(q, clock.clone()),
+    /// );
+    /// assert_eq!((0..5).filter(|_| tenants.check_key(&"acme").is_allowed()).count(), 2);
+    /// pro_rate.store(10, Relaxed); // the plan is upgraded
+    /// assert!(tenants.requota(&"acme", Carry::Proportional));
+    /// // Its burst was spent, and stays spent, of the new one.
+    /// assert!(tenants.check_key(&"acme").is_denied());
+    /// assert_eq!(tenants.quota_of(&"acme"), Quota::per_second(10));
+    /// ```
+    pub fn requota(&self, key: &K, carry: Carry) -> bool {
+        let Quotas::PerKey { quota_for, .. } = &self.quotas else {
+            return false;
+        };
+        let quota = quota_for(key);
+        let limiter = self.limiter_for(quota);
+        // The index's lock before the shard's, as insertions take them.
+        let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = self
+            .store
+            .with_existing_mut(key, |e| {
+                if *e.limiter.quota() == quota {
+                    return None;
+                }
+                // Read before the carry reads its own: the instant filed below is a lower bound.
+                let before = limiter.now_ns();
+                e.state = e.limiter.carried_state(&e.state, &limiter, carry);
+                let old = core::mem::replace(&mut e.limiter, limiter.clone());
+                let reset = duration_ns(e.limiter.check_state(&e.state, 0).reset_after());
+                Some((*old.quota(), before.saturating_add(reset)))
+            })
+            .flatten();
+        drop(limiter);
+        let Some((old_quota, at)) = changed else {
+            drop(due);
+            self.forget_unused(&quota);
+            return false;
+        };
+        // The new quota may fill the bucket sooner than the instant filed: file it again, and
+        // keep the index within twice the table by merging a key's entries now and then.
+        due.push(key.clone(), at);
+        if due.len() > 2 * self.max_keys.max(8) {
+            due.dedup();
+        }
+        drop(due);
+        self.forget_unused(&old_quota);
+        true
+    }
+
     fn limiter_for(&self, quota: Quota) -> Arc<L> {
         match &self.quotas {
             Quotas::Shared(shared) => shared.clone(),
@@ -605,6 +677,41 @@ mod tests {
         assert_eq!(k.len(), 10);
         assert!(k.check_key_n(&99, 3).is_err());
         assert_eq!(k.len(), 10, "a request above the burst adds no key");
+    }
+
+    /// A key whose quota keeps changing is filed again each time; the index is merged before it
+    /// holds more than twice the table, and a full table still evicts what is full.
+    #[test]
+    fn requota_keeps_the_index_bounded() {
+        use std::sync::atomic::AtomicU64;
+        let clock = ManualClock::new();
+        let rate = Arc::new(AtomicU64::new(1));
+        let table = {
+            let (rate, clock) = (rate.clone(), clock.clone());
+            Keyed::with_quota_fn(
+                4,
+                move |_: &u32| Quota::per_second(rate.load(Ordering::Relaxed)),
+                move |q| Gcra::with_clock(q, clock.clone()),
+            )
+        };
+        for k in 0..4u32 {
+            assert!(table.check_key(&k).is_allowed());
+        }
+        let rounds = if cfg!(miri) { 20 } else { 1000 };
+        let mut changed = 0;
+        for round in 0..rounds {
+            rate.store(round % 7 + 1, Ordering::Relaxed);
+            for k in 0..4u32 {
+                changed += usize::from(table.requota(&k, Carry::Proportional));
+            }
+        }
+        assert!(changed as u64 > 3 * rounds);
+        let filed = table.due.lock().unwrap().len();
+        assert!(filed <= 16, "{filed} entries for 4 keys");
+        // Every bucket full again after a second: a new key evicts one.
+        clock.advance(core::time::Duration::from_secs(1));
+        assert!(table.check_key(&99).is_allowed());
+        assert_eq!(table.len(), 4);
     }
 
     #[test]

@@ -310,6 +310,10 @@ impl<K, V, M: KeyedStore<K, V>> KeyedStore<K, V> for Counting<M> {
         self.lookups.fetch_add(1, Relaxed);
         self.map.with_existing(key, f)
     }
+    fn with_existing_mut<R>(&self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R> {
+        self.lookups.fetch_add(1, Relaxed);
+        self.map.with_existing_mut(key, f)
+    }
     fn with_inserted<R>(
         &self,
         key: K,
@@ -404,4 +408,152 @@ fn len_never_exceeds_the_cap_under_threads() {
         stop.store(true, Relaxed);
         assert!(watcher.join().unwrap() <= cap);
     });
+}
+
+#[derive(Debug, Clone)]
+enum Requota {
+    Advance(u64),
+    Check(u8, u32),
+    /// Key `.0`'s configured quota becomes quota `.1` of the run's list, applied with `.2`.
+    Set(u8, usize, atomic_limiter::Carry),
+}
+
+fn requota_run() -> impl Strategy<Value = (Vec<Quota>, Vec<Requota>)> {
+    let quota = (1u64..=1_000_000, 1u64..=64, 1u32..=20)
+        .prop_filter_map("quota rejected", |(per_us, rate, burst)| {
+            Quota::try_new(rate, Duration::from_micros(per_us), burst).ok()
+        });
+    proptest::collection::vec(quota, 2..5).prop_flat_map(|quotas| {
+        let count = quotas.len();
+        let carry = prop_oneof![
+            Just(atomic_limiter::Carry::Debt),
+            Just(atomic_limiter::Carry::Proportional)
+        ];
+        let op = prop_oneof![
+            2 => (0u64..=2_000_000).prop_map(Requota::Advance),
+            5 => (0u8..4, 0u32..=21).prop_map(|(k, n)| Requota::Check(k, n)),
+            2 => (0u8..4, 0..count, carry).prop_map(|(k, i, c)| Requota::Set(k, i, c)),
+        ];
+        (Just(quotas), proptest::collection::vec(op, 1..150))
+    })
+}
+
+proptest! {
+    /// A keyed table whose quota function reads a configuration that changes, each change
+    /// applied with `requota`, decides every check exactly as one reconfigurable limiter per key
+    /// given the same changes: figures included, and `requota` says whether the key's quota
+    /// changed.
+    #[test]
+    fn requota_is_one_reconfigurable_limiter_per_key((quotas, ops) in requota_run()) {
+        use atomic_limiter::algorithm::GcraAlgorithm;
+        use atomic_limiter::{Carry, Reconfigurable};
+        use std::sync::Mutex;
+        let clock = ManualClock::starting_at(1_000_000);
+        let config = Arc::new(Mutex::new([0usize; 4]));
+        let table = {
+            let (config, quotas, clock) = (config.clone(), quotas.clone(), clock.clone());
+            Keyed::with_quota_fn(
+                64,
+                move |k: &u8| quotas[config.lock().unwrap()[usize::from(*k)]],
+                move |q| Gcra::with_clock(q, clock.clone()),
+            )
+        };
+        let mut each: HashMap<u8, Reconfigurable<GcraAlgorithm, ManualClock>> = HashMap::new();
+        for op in ops {
+            match op {
+                Requota::Advance(ns) => clock.advance_nanos(ns),
+                Requota::Check(k, n) => {
+                    let q = quotas[config.lock().unwrap()[usize::from(k)]];
+                    if !each.contains_key(&k) && (n == 0 || n > q.burst()) {
+                        // Neither takes a place: a peek at a key not held answers a full bucket,
+                        // and a request above the burst is refused.
+                        match table.check_key_n(&k, n) {
+                            Ok(a) => {
+                                prop_assert!(n == 0 && a.is_allowed());
+                                prop_assert_eq!(a.remaining(), u64::from(q.burst()));
+                            }
+                            Err(_) => prop_assert!(n > q.burst()),
+                        }
+                        continue;
+                    }
+                    let one = each
+                        .entry(k)
+                        .or_insert_with(|| Reconfigurable::with_clock(q, clock.clone()));
+                    let (a, b) = (table.check_key_n(&k, n), one.check_n(n));
+                    prop_assert_eq!(a.is_err(), b.is_err(), "key {} n {}", k, n);
+                    if let (Ok(a), Ok(b)) = (a, b) {
+                        prop_assert_eq!(a, b, "key {} n {}", k, n);
+                    }
+                }
+                Requota::Set(k, i, carry) => {
+                    config.lock().unwrap()[usize::from(k)] = i;
+                    let expected = each.get(&k).is_some_and(|one| one.quota() != quotas[i]);
+                    if expected {
+                        each[&k].set_quota(quotas[i], carry);
+                    }
+                    prop_assert_eq!(table.requota(&k, carry), expected);
+                    let _: Carry = carry;
+                }
+            }
+        }
+    }
+}
+
+/// Threads check one key on a frozen clock while another changes its quota back and forth
+/// (bursts of 100 and 50 at 10/s, the debt carried as time: every token costs the same time in
+/// both): every admission is counted in the state carried over, so once the quota is back to the
+/// larger burst and the bucket drained, exactly 100 were admitted.
+#[test]
+fn requota_racing_checks_loses_no_admission() {
+    use atomic_limiter::Carry;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    for round in 0..20 {
+        let big = Quota::per_second(10).with_burst(100);
+        let small = Quota::per_second(10).with_burst(50);
+        let use_small = Arc::new(AtomicBool::new(false));
+        let table = {
+            let use_small = use_small.clone();
+            Keyed::with_quota_fn(
+                8,
+                move |_: &u8| if use_small.load(Relaxed) { small } else { big },
+                |q| Gcra::with_clock(q, ManualClock::new()),
+            )
+        };
+        let admitted = AtomicUsize::new(0);
+        let done = AtomicBool::new(false);
+        let start = Barrier::new(3);
+        thread::scope(|s| {
+            s.spawn(|| {
+                start.wait();
+                let mut flips = 0;
+                while !done.load(Relaxed) || flips < 50 {
+                    use_small.fetch_xor(true, Relaxed);
+                    let _ = table.requota(&7, Carry::Debt);
+                    flips += 1;
+                }
+            });
+            let checkers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        for _ in 0..100 {
+                            if table.check_key(&7).is_allowed() {
+                                admitted.fetch_add(1, Relaxed);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for c in checkers {
+                c.join().unwrap();
+            }
+            done.store(true, Relaxed);
+        });
+        use_small.store(false, Relaxed);
+        let _ = table.requota(&7, Carry::Debt);
+        let rest = (0..200)
+            .filter(|_| table.check_key(&7).is_allowed())
+            .count();
+        assert_eq!(admitted.load(Relaxed) + rest, 100, "round {round}");
+    }
 }

@@ -36,6 +36,13 @@ impl<V> KeyedStore<u32, V> for LoomMap<V> {
         v.map(|v| f(&v))
     }
 
+    fn with_existing_mut<R>(&self, key: &u32, f: impl FnOnce(&mut V) -> R) -> Option<R> {
+        // The map's mutex excludes every check while `f` runs (a check clones the entry's `Arc`
+        // under it, so the value is changed in place only when no check holds it).
+        let mut map = self.map.lock().unwrap();
+        map.get_mut(key).and_then(Arc::get_mut).map(f)
+    }
+
     fn with_inserted<R>(
         &self,
         key: u32,

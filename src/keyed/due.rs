@@ -113,6 +113,28 @@ impl<K> DueQueue<K> {
         Err(None)
     }
 
+    /// How many entries are filed (a key re-filed by a change of quota may have two).
+    pub(crate) fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Keeps one entry per key, its earliest: the least of lower bounds is one too.
+    pub(crate) fn dedup(&mut self)
+    where
+        K: core::hash::Hash + Eq,
+    {
+        let mut entries = core::mem::take(&mut self.heap).into_sorted_vec();
+        // Sorted by the reversed order: the latest first. Earliest first, then first seen kept.
+        entries.reverse();
+        let keep: alloc::vec::Vec<bool> = {
+            let mut seen = std::collections::HashSet::with_capacity(entries.len());
+            entries.iter().map(|d| seen.insert(&d.key)).collect()
+        };
+        let mut kept = keep.into_iter();
+        entries.retain(|_| kept.next().unwrap_or(true));
+        self.heap = BinaryHeap::from(entries);
+    }
+
     /// Keeps only the keys `held` says are still in the map (after a sweep).
     pub(crate) fn retain(&mut self, mut held: impl FnMut(&K) -> bool) {
         self.heap.retain(|d| held(&d.key));

@@ -58,6 +58,10 @@ pub(crate) mod engine {
 
         /// The limiter's clock, read now, in nanoseconds.
         fn now_ns(&self) -> u64;
+
+        /// `state` carried over to the limiter `to` (another quota) as `how` says. The caller
+        /// holds the key exclusively: no check can be changing `state`.
+        fn carried_state(&self, state: &KeyState, to: &Self, how: crate::Carry) -> KeyState;
     }
 
     impl<A: Continuous, C: Clock> KeyedEngine for Limiter<A, C> {
@@ -98,6 +102,15 @@ pub(crate) mod engine {
 
         fn now_ns(&self) -> u64 {
             self.clock().now()
+        }
+
+        fn carried_state(&self, state: &KeyState, to: &Self, how: crate::Carry) -> KeyState {
+            // Nothing else changes the word meanwhile: the load is the last word.
+            let word = state.0.update(Step::Keep);
+            let at = self.clock().now();
+            let (from, into) = (self.algorithm(), to.algorithm());
+            let carried = from.carry(word, from.units(at), into, into.units(at), how);
+            KeyState(StateCell::new(carried))
         }
     }
 

@@ -14,6 +14,10 @@ pub trait KeyedStore<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized;
 
+    /// Runs `f` on the key's value with the key held exclusively (no check on it can run
+    /// meanwhile), if it is there.
+    fn with_existing_mut<R>(&self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R>;
+
     /// Runs `f` on the key's value, inserting `make()` first if it is absent, such that racing
     /// threads all see the one value that was inserted. Returns whether this call inserted it.
     fn with_inserted<R>(
@@ -43,6 +47,11 @@ impl<K: Eq + Hash, V, S: BuildHasher + Clone> KeyedStore<K, V> for DashMap<K, V,
         Q: Hash + Eq + ?Sized,
     {
         self.get(key).map(|v| f(&v))
+    }
+
+    fn with_existing_mut<R>(&self, key: &K, f: impl FnOnce(&mut V) -> R) -> Option<R> {
+        // The shard's write lock is held while `f` runs.
+        self.get_mut(key).map(|mut v| f(&mut v))
     }
 
     fn with_inserted<R>(

@@ -18,7 +18,7 @@ pub trait Algorithm: engine::Engine + core::fmt::Debug + Send + Sync + Sized {}
 /// An algorithm that refills continuously (a token comes back every period) and accepts every
 /// quota, so its limiters are built without a `Result` and can be keyed and sharded: GCRA and
 /// the token bucket.
-pub trait Continuous: Algorithm + engine::Total {}
+pub trait Continuous: Algorithm + engine::Total + engine::Carried {}
 
 /// A continuous algorithm whose state carries over to a new quota (see
 /// [`Carry`](crate::Carry)), so its limiter can be [`Reconfigurable`](crate::Reconfigurable):
