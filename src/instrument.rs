@@ -167,6 +167,15 @@ impl LimiterMetrics {
         self.denied.increment(1);
     }
 
+    /// Counts the answer of a `check_n`: its decision, or a request above the burst.
+    #[inline]
+    pub fn record_answer(&self, answer: &Result<Decision, InsufficientCapacity>) {
+        match answer {
+            Ok(decision) => self.record(decision),
+            Err(_) => self.record_too_costly(),
+        }
+    }
+
     fn is_near_limit(&self, decision: &Decision) -> bool {
         if self.near_limit_ppm == 0 {
             return false;
@@ -231,10 +240,7 @@ impl<L: RateLimiter> RateLimiter for Instrumented<L> {
     #[inline]
     fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
         let answer = self.limiter.check_n(n);
-        match &answer {
-            Ok(decision) => self.metrics.record(decision),
-            Err(_) => self.metrics.record_too_costly(),
-        }
+        self.metrics.record_answer(&answer);
         answer
     }
 

@@ -185,10 +185,7 @@ impl RedisOptions {
     pub(crate) fn count(&self, answer: &Result<Decision, InsufficientCapacity>) {
         #[cfg(feature = "metrics")]
         if let Some(m) = &self.metrics {
-            match answer {
-                Ok(decision) => m.record(decision),
-                Err(_) => m.record_too_costly(),
-            }
+            m.record_answer(answer);
         }
         let _ = answer;
     }

@@ -57,13 +57,20 @@ impl<L: RateLimiter> RateLimiter for Shadow<L> {
     /// Never an error: a request above the burst is let through as a shadowed refusal.
     #[inline]
     fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        Ok(match self.limiter.check_n(n) {
-            Ok(decision) => decision.shadow(),
-            Err(e) => Decision::never(e.burst).shadow(),
-        })
+        Ok(shadowed(self.limiter.check_n(n)))
     }
 
     fn quota(&self) -> &Quota {
         self.limiter.quota()
+    }
+}
+
+/// A `check_n` answer as shadow mode gives it: let through, a request above the burst as a
+/// refusal with no wait that helps.
+#[inline]
+pub(crate) fn shadowed(answer: Result<Decision, InsufficientCapacity>) -> Decision {
+    match answer {
+        Ok(decision) => decision.shadow(),
+        Err(e) => Decision::never(e.burst).shadow(),
     }
 }

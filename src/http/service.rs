@@ -261,12 +261,9 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         answer: Result<Decision, InsufficientCapacity>,
     ) -> Verdict<B> {
         let decision = match answer {
-            Ok(d) if self.shadow => d.shadow(),
+            // As `Shadow` does: a request above the burst becomes a shadowed refusal.
+            answer if self.shadow => crate::shadow::shadowed(answer),
             Ok(d) => d,
-            Err(_) if self.shadow => {
-                self.count_too_costly();
-                return Verdict::Pass(None);
-            }
             Err(e) => {
                 self.count_too_costly();
                 let problem = Problem::TooCostly {
@@ -447,12 +444,7 @@ where
             Ok(key) => key,
             // In shadow mode the request goes on: only a limit is being watched.
             Err(_) if config.shadow => {
-                return ResponseFuture {
-                    state: State::Inner {
-                        future: self.inner.call(request),
-                        fields: None,
-                    },
-                };
+                return ResponseFuture::inner(self.inner.call(request), None);
             }
             Err(e) => return ResponseFuture::answer(config.key_error(&e)),
         };
@@ -461,12 +453,7 @@ where
             // Admitted on the spot with nothing to add: the common path, all inline.
             Checked::Ready(Ok(ref d)) if d.is_allowed() && !config.fields_on_allowed() => {
                 config.count(d);
-                return ResponseFuture {
-                    state: State::Inner {
-                        future: self.inner.call(request),
-                        fields: None,
-                    },
-                };
+                return ResponseFuture::inner(self.inner.call(request), None);
             }
             // Decided on the spot, with no delay to wait out: nothing boxed but a refusal's
             // response.
@@ -474,12 +461,9 @@ where
                 if config.delay.is_none() || answer.as_ref().is_ok_and(Decision::is_allowed) =>
             {
                 return match config.verdict::<ResB>(&key, answer) {
-                    Verdict::Pass(fields) => ResponseFuture {
-                        state: State::Inner {
-                            future: self.inner.call(request),
-                            fields,
-                        },
-                    },
+                    Verdict::Pass(fields) => {
+                        ResponseFuture::inner(self.inner.call(request), fields)
+                    }
                     Verdict::Answer(response) => ResponseFuture::answer(response),
                 };
             }
@@ -578,6 +562,14 @@ enum State<F, B: From<Bytes>, E> {
 }
 
 impl<F, B: From<Bytes>, E> ResponseFuture<F, B, E> {
+    /// The inner service's response, with `fields` added when it comes.
+    #[inline(always)]
+    fn inner(future: F, fields: Option<Box<Fields>>) -> Self {
+        ResponseFuture {
+            state: State::Inner { future, fields },
+        }
+    }
+
     fn answer(response: Box<Response<B>>) -> Self {
         ResponseFuture {
             state: State::Answer {

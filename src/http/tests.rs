@@ -814,6 +814,7 @@ async fn the_layer_counts_every_decision() {
                 .metrics(crate::LimiterMetrics::new("web"))
                 .build();
         let shadow = RateLimitLayer::builder(PeerIp::new(), table(Quota::per_second(1), 1, &clock))
+            .cost(|head| if head.uri().path() == "/big" { 9 } else { 1 })
             .shadow(true)
             .metrics(crate::LimiterMetrics::new("watch"))
             .build();
@@ -830,12 +831,17 @@ async fn the_layer_counts_every_decision() {
     for _ in 0..3 {
         send(&shadow, from("192.0.2.1:1")).await;
     }
+    // Above the burst, let through: a shadowed refusal, as `Shadow` counts it.
+    let mut big = Request::get("/big").body(()).unwrap();
+    big.extensions_mut()
+        .insert("192.0.2.1:1".parse::<SocketAddr>().unwrap());
+    assert_eq!(send(&shadow, big).await.status(), StatusCode::OK);
     let c = counters::counters(&recorder);
     let get = |name: &str, labels: &str| counters::count(&c, name, labels);
     assert_eq!(get("allowed_total", "limiter=web"), 2);
     assert_eq!(get("denied_total", "limiter=web"), 2); // over the rate, and above the burst
     assert_eq!(get("table_full_total", "limiter=web"), 1);
     assert_eq!(get("allowed_total", "limiter=watch"), 1);
-    assert_eq!(get("denied_total", "limiter=watch"), 2);
-    assert_eq!(get("shadowed_total", "limiter=watch"), 2);
+    assert_eq!(get("denied_total", "limiter=watch"), 3);
+    assert_eq!(get("shadowed_total", "limiter=watch"), 3);
 }
