@@ -209,3 +209,50 @@ fn a_smaller_burst_refuses_what_no_longer_fits() {
     assert!(d.is_denied());
     assert_eq!(d.retry_after(), Duration::from_millis(500));
 }
+
+/// Adversarial changes: a clock that steps back between checks and changes, the extreme quotas
+/// (one token a century, a thousand a second with the largest burst, a billion a second with
+/// burst 1), and both
+/// algorithms. Nothing panics or overflows (a request for `u32::MAX` tokens included), and after
+/// each change no more is admitted than the quota in force allows within 1.5 s of it: for the
+/// century quota, its one token (a stepped-back clock grants nothing extra).
+#[test]
+fn changes_under_a_stepping_clock_and_extreme_quotas_stay_within_the_quota() {
+    let century = Duration::from_secs(100 * 365 * 24 * 3600);
+    let quotas = [
+        Quota::with_period(century),
+        Quota::per_second(1_000).with_burst(Quota::MAX_BURST),
+        Quota::per_second(1_000_000_000).with_burst(1),
+    ];
+    fn run<A: Retunable + 'static>(quotas: &[Quota]) {
+        let clock = ManualClock::starting_at(1 << 40);
+        let limiter: Reconfigurable<A, ManualClock> =
+            Reconfigurable::with_clock(quotas[0], clock.clone());
+        for round in 0..300u64 {
+            let quota = quotas[(round % 3) as usize];
+            let carry = if round % 2 == 0 {
+                Carry::Debt
+            } else {
+                Carry::Proportional
+            };
+            limiter.set_quota(quota, carry);
+            // Back a second, or on by up to a second and a half.
+            let step = (round * 7_919 % 2_500) * 1_000_000;
+            if step < 1_000_000_000 {
+                clock.set(clock.now() - 1_000_000_000);
+            } else {
+                clock.advance_nanos(step - 1_000_000_000);
+            }
+            let admitted = (0..8).filter(|_| limiter.check().is_allowed()).count() as u128;
+            // The readings here never pass the change's instant by more than 1.5 s.
+            let bound = Model::admission_bound(&quota, 0, 1_500_000_000);
+            assert!(
+                admitted <= bound,
+                "round {round}: {admitted} admitted on {quota:?}"
+            );
+            let _ = limiter.check_n(u32::MAX);
+        }
+    }
+    run::<GcraAlgorithm>(&quotas);
+    run::<TokenBucketAlgorithm>(&quotas);
+}
