@@ -27,7 +27,7 @@ use crate::keyed::limiter::engine::KeyState;
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
 use crate::reconfigure::Carry;
-use crate::sync::{Arc, AtomicUsize, Mutex, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering};
 use crate::token_bucket::TokenBucket;
 use crate::wait::Wait;
 use crate::wait::WaitError;
@@ -50,8 +50,16 @@ pub enum KeyQuotas<K> {
 
 /// How a `Keyed` finds a key's limiter.
 enum Quotas<K, L> {
-    /// One limiter for every key.
-    Shared(Arc<L>),
+    /// One quota for every key.
+    Shared {
+        /// The limiter the table was built with. A key on it decides after the shard lock is
+        /// released, this limiter being alive as long as the table (the fast path).
+        first: Arc<L>,
+        /// The limiter new keys take: `first` until [`Keyed::set_quota`] changes it.
+        current: Mutex<Arc<L>>,
+        /// Whether `current` may differ from `first`; never reset.
+        changed: AtomicBool,
+    },
     /// A quota per key, and one limiter per distinct quota while a held key uses it.
     PerKey {
         quota_for: QuotaFn<K>,
@@ -233,7 +241,14 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         make: impl Fn(Quota) -> L + Send + Sync + 'static,
     ) -> Self {
         let quotas = match quotas {
-            KeyQuotas::Every(quota) => Quotas::Shared(Arc::new(make(quota))),
+            KeyQuotas::Every(quota) => {
+                let first = Arc::new(make(quota));
+                Quotas::Shared {
+                    current: Mutex::new(first.clone()),
+                    first,
+                    changed: AtomicBool::new(false),
+                }
+            }
             KeyQuotas::PerKey(quota_for) => Quotas::PerKey {
                 quota_for,
                 by_quota: DashMap::with_hasher(KeyHasher::new()),
@@ -276,17 +291,24 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Quotas::Shared(shared) = &self.quotas {
-            // One quota for every key: every entry's limiter is `shared`. Only the transition runs
-            // under the shard lock; the decision is worked out after it is released.
-            InsufficientCapacity::check(n, shared.quota().burst())?;
-            return match self
-                .store
-                .with_existing(key, |e| shared.take_state(&e.state, n))
-            {
-                Some(seen) => Ok(shared.decision_of(seen, n)),
-                None => self.check_new(key, n, true),
-            };
+        if let Quotas::Shared { first, changed, .. } = &self.quotas {
+            // Relaxed: a hint only; the entry's own limiter, read under the shard lock, decides.
+            if !changed.load(Ordering::Relaxed) {
+                // One quota for every key, never changed: every entry's limiter is `first`. Only
+                // the transition runs under the shard lock; the decision is worked out after it
+                // is released.
+                InsufficientCapacity::check(n, first.quota().burst())?;
+                return match self.store.with_existing(key, |e| {
+                    // A change that began since the hint may have moved this key already.
+                    Arc::ptr_eq(&e.limiter, first).then(|| first.take_state(&e.state, n))
+                }) {
+                    Some(Some(seen)) => Ok(first.decision_of(seen, n)),
+                    Some(None) => self.check_moved(key, n),
+                    None => self.check_new(key, n, true),
+                };
+            }
+            // Once the quota has changed, keys decide under the lock, each on its entry's
+            // limiter, as with a quota function.
         }
         match self.store.with_existing(key, |e| e.check(n)) {
             Some(answer) => answer,
@@ -369,6 +391,21 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         answer.expect("the loom models ask for one token of a burst of at least one")
     }
 
+    /// A check that found its key moved to another quota by a change that began after the check
+    /// looked: made again on the key's own limiter.
+    #[cold]
+    #[inline(never)]
+    fn check_moved<Q>(&self, key: &Q, n: u32) -> Result<Decision, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        match self.store.with_existing(key, |e| e.check(n)) {
+            Some(answer) => answer,
+            None => self.check_new(key, n, true),
+        }
+    }
+
     /// A key not (or no longer) held: take a place, insert a fresh limiter, check it. `serialised`
     /// is false only in a loom model's broken twin.
     #[cold]
@@ -387,7 +424,11 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         // function (which takes the stored form), else once the key has a place.
         let mut owned: Option<K> = None;
         let quota = match &self.quotas {
-            Quotas::Shared(shared) => *shared.quota(),
+            Quotas::Shared {
+                first,
+                current,
+                changed,
+            } => shared_quota(&**first, current, changed),
             Quotas::PerKey { quota_for, .. } => quota_for(owned.insert(key.to_owned())),
         };
         InsufficientCapacity::check(n, quota.burst())?;
@@ -526,9 +567,84 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         true
     }
 
+    /// Moves every key of a table with one quota to `quota` (an incident needs a tighter limit),
+    /// each key's state carried over as `carry` says, exactly as a
+    /// [`Reconfigurable`](crate::Reconfigurable) limiter's would be; keys that come later take
+    /// `quota`. Returns whether the quota changed: `false` if it was already `quota`, and for a
+    /// table with a quota function, whose keys change with [`Keyed::requota`].
+    ///
+    /// Each key moves under its shard's write lock, which no check on the key runs beside, so
+    /// every check decides on the old quota and state or on the new ones. Keys move one shard
+    /// after another: while the change runs, some keys are on the old quota and others on the
+    /// new one, each exactly. The change visits every held key and files each anew in the
+    /// eviction index, holding the index's lock (new keys wait for it): milliseconds for a
+    /// hundred thousand keys.
+    ///
+    /// A table pays nothing for being changeable until it is changed. Afterwards (unless it is
+    /// changed back to the quota it was built with) a check decides under the shard lock, as a
+    /// table with a quota function does, and [`Keyed::quota_of`] takes a mutex.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use atomic_limiter::{Carry, Keyed, ManualClock, Quota};
+    ///
+    /// let clock = ManualClock::new();
+    /// let clients = Keyed::gcra_with_clock(Quota::per_second(10), 1000, clock);
+    /// assert_eq!((0..20).filter(|_| clients.check_key(&1).is_allowed()).count(), 10);
+    /// // An incident: a tenth of the rate, and a spent burst stays spent.
+    /// assert!(clients.set_quota(Quota::per_second(1), Carry::Proportional));
+    /// assert!(clients.check_key(&1).is_denied());
+    /// assert_eq!((0..5).filter(|_| clients.check_key(&2).is_allowed()).count(), 1);
+    /// ```
+    pub fn set_quota(&self, quota: Quota, carry: Carry) -> bool {
+        let Quotas::Shared {
+            first,
+            current,
+            changed,
+        } = &self.quotas
+        else {
+            return false;
+        };
+        // Held throughout: no key is inserted or evicted meanwhile, and changes are serialised.
+        let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
+        let to = {
+            let mut current = current.lock().unwrap_or_else(PoisonError::into_inner);
+            if *current.quota() == quota {
+                return false;
+            }
+            let to = if *first.quota() == quota {
+                first.clone()
+            } else {
+                Arc::new((self.make)(quota))
+            };
+            *current = to.clone();
+            to
+        };
+        // Relaxed: it only tells `quota_of` to read `current`, under `current`'s mutex.
+        changed.store(true, Ordering::Relaxed);
+        let mut filed = alloc::vec::Vec::with_capacity(self.len());
+        self.store.update_all(|key, e| {
+            // Read before the carry reads its own: the instant filed is a lower bound.
+            let before = to.now_ns();
+            if !Arc::ptr_eq(&e.limiter, &to) {
+                e.state = e.limiter.carried_state(&e.state, &to, carry);
+                e.limiter = to.clone();
+            }
+            let reset = duration_ns(to.check_state(&e.state, 0).reset_after());
+            filed.push((key.clone(), before.saturating_add(reset)));
+        });
+        // Every instant moved: the index is filed anew, one entry per key.
+        due.refile(filed);
+        true
+    }
+
     fn limiter_for(&self, quota: Quota) -> Arc<L> {
         match &self.quotas {
-            Quotas::Shared(shared) => shared.clone(),
+            Quotas::Shared { current, .. } => current
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
             Quotas::PerKey { by_quota, .. } => by_quota
                 .entry(quota)
                 .or_insert_with(|| Arc::new((self.make)(quota)))
@@ -650,9 +766,31 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     /// again: a header that states the policy asks for it per response).
     pub fn quota_of(&self, key: &K) -> Quota {
         match &self.quotas {
-            Quotas::Shared(shared) => *shared.quota(),
+            Quotas::Shared {
+                first,
+                current,
+                changed,
+            } => shared_quota(&**first, current, changed),
             Quotas::PerKey { quota_for, .. } => quota_for(key),
         }
+    }
+}
+
+/// The quota new keys of a table with one quota take.
+fn shared_quota<L: KeyedLimiter>(
+    first: &L,
+    current: &Mutex<Arc<L>>,
+    changed: &AtomicBool,
+) -> Quota {
+    // Relaxed: a quota read moments before a change is as good as one read moments after;
+    // `current` itself is read under its mutex.
+    if changed.load(Ordering::Relaxed) {
+        *current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .quota()
+    } else {
+        *first.quota()
     }
 }
 

@@ -62,6 +62,12 @@ impl<A: Continuous> Limiter<A, DefaultClock> {
 impl<A: Continuous, C: Clock> Limiter<A, C> {
     /// A full limiter on `clock`.
     pub fn with_clock(quota: Quota, clock: C) -> Self {
+        Limiter::continuous(quota, clock)
+    }
+
+    /// [`Limiter::with_clock`], under a name no window limiter's constructor shares (generic
+    /// code over every algorithm would find both).
+    pub(crate) fn continuous(quota: Quota, clock: C) -> Self {
         let algorithm = A::continuous(&quota);
         Limiter::assemble(algorithm, quota, clock)
     }
@@ -110,6 +116,13 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// The algorithm's parameters, for its own methods.
     pub(crate) fn algorithm(&self) -> &A {
         &self.algorithm
+    }
+
+    /// The algorithm's parameters, changed only before the limiter is shared (a reconfigurable
+    /// limiter's new cell).
+    #[cfg(feature = "std")]
+    pub(crate) fn algorithm_mut(&mut self) -> &mut A {
+        &mut self.algorithm
     }
 
     /// Asks for one token.

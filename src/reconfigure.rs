@@ -33,6 +33,11 @@ pub use self::cell::Reconfigurable;
 
 /// What a limiter's state becomes when its quota changes ([`Reconfigurable::set_quota`]).
 ///
+/// For a window ([`Reconfigurable::try_set_quota`]) the counts carry over: as they are (`Debt`)
+/// or scaled to the new limit, rounded up (`Proportional`), and at most the new limit. A window of
+/// the same length keeps its grid; one of another length starts a new grid at the change, its
+/// first window holding the counts.
+///
 /// Whichever is chosen, the new state is never fuller than the old one was, rounded in the
 /// limiter's favour: over any stretch of time a reconfigurable limiter admits no more than the
 /// old quota allows up to the change plus what the new quota allows after it.
@@ -62,11 +67,12 @@ mod cell {
     use crate::clock::DefaultClockOrNone;
     use crate::decision::Decision;
     use crate::limiter::Limiter;
-    use crate::limiter::algorithm::Retunable;
-    use crate::quota::Quota;
+    use crate::limiter::algorithm::{Continuous, Retunable};
+    use crate::quota::{Quota, QuotaError};
     use crate::rate_limiter::InsufficientCapacity;
     use crate::sync::{AtomicBool, AtomicPtr, Backoff, Mutex, Ordering};
     use crate::wait::{Wait, WaitError};
+    use core::convert::Infallible;
     use core::future::Future;
     use core::time::Duration;
     use std::sync::PoisonError;
@@ -80,8 +86,10 @@ mod cell {
 
     /// A limiter whose quota can change at run time, from any thread, while others check.
     ///
-    /// It runs the algorithm `A` ([`Gcra`](crate::Gcra)'s, `Reconfigurable<GcraAlgorithm>`, or
-    /// [`TokenBucket`](crate::TokenBucket)'s) on the clock `C`, and keeps its state across a change as [`Carry`] says. A check is the plain
+    /// It runs the algorithm `A` ([`Gcra`](crate::Gcra)'s, `Reconfigurable<GcraAlgorithm>`,
+    /// [`TokenBucket`](crate::TokenBucket)'s, or a window's, built with
+    /// [`Reconfigurable::try_with_clock`]) on the clock `C`, and keeps its state across a change
+    /// as [`Carry`] says. A check is the plain
     /// limiter's check plus a pointer load and two stores to its thread's slot (no lock, no
     /// read-modify-write; a full fence too where the kernel cannot put the barrier on every
     /// thread, outside Linux; a thread's first check registers its slot, one small allocation). A
@@ -137,10 +145,57 @@ mod cell {
     unsafe impl<A: Send + Sync, C: Send + Sync> Sync for Reconfigurable<A, C> {}
 
     #[cfg(feature = "quanta")]
-    impl<A: Retunable + 'static> Reconfigurable<A, DefaultClock> {
+    impl<A: Retunable + Continuous + 'static> Reconfigurable<A, DefaultClock> {
         /// A full limiter for `quota` on the default clock.
         pub fn new(quota: Quota) -> Self {
             Reconfigurable::with_clock(quota, DefaultClock::new())
+        }
+    }
+
+    #[cfg(feature = "quanta")]
+    impl<A: Retunable + 'static> Reconfigurable<A, DefaultClock> {
+        /// A full limiter for `quota` on the default clock, for any algorithm (a window's limit
+        /// can be too large for its packed counts).
+        ///
+        /// # Errors
+        ///
+        /// [`QuotaError::LimitTooLarge`] if the algorithm cannot serve `quota`.
+        pub fn try_new(quota: Quota) -> Result<Self, QuotaError> {
+            Reconfigurable::try_with_clock(quota, DefaultClock::new())
+        }
+    }
+
+    impl<A, C> Reconfigurable<A, C>
+    where
+        A: Retunable + Continuous + 'static,
+        C: Clock + Clone + Send + Sync + 'static,
+    {
+        /// A full limiter for `quota` on `clock`.
+        pub fn with_clock(quota: Quota, clock: C) -> Self {
+            Reconfigurable::from_limiter(Limiter::continuous(quota, clock))
+        }
+
+        /// Changes the quota, carrying the state over as `carry` says. Checks racing the change
+        /// are decided on the old quota or the new one, each on its own state; none is lost.
+        pub fn set_quota(&self, quota: Quota, carry: Carry) {
+            let build = |clock| Ok::<_, Infallible>(Limiter::continuous(quota, clock));
+            match self.replace(build, carry, true) {
+                Ok(()) => {}
+                Err(never) => match never {},
+            }
+        }
+
+        /// For the loom models' teeth: a change that reads the old word instead of retiring it,
+        /// as swapping limiters behind a lock does, so a check racing it can admit on the old
+        /// cell after its word was carried over.
+        #[cfg(atomic_limiter_loom)]
+        #[doc(hidden)]
+        pub fn loom_broken_set_quota(&self, quota: Quota, carry: Carry) {
+            let build = |clock| Ok::<_, Infallible>(Limiter::continuous(quota, clock));
+            match self.replace(build, carry, false) {
+                Ok(()) => {}
+                Err(never) => match never {},
+            }
         }
     }
 
@@ -149,10 +204,56 @@ mod cell {
         A: Retunable + 'static,
         C: Clock + Clone + Send + Sync + 'static,
     {
-        /// A full limiter for `quota` on `clock`.
-        pub fn with_clock(quota: Quota, clock: C) -> Self {
+        /// A full limiter for `quota` on `clock`, for any algorithm: the windows
+        /// ([`FixedWindow`](crate::FixedWindow)'s `Reconfigurable<WindowAlgorithm<Fixed>>`,
+        /// [`SlidingWindowCounter`](crate::SlidingWindowCounter)'s) as well as GCRA and the
+        /// token bucket.
+        ///
+        /// # Errors
+        ///
+        /// [`QuotaError::LimitTooLarge`] if the algorithm cannot serve `quota` (a window's limit
+        /// too large for its packed counts).
+        pub fn try_with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
+            Ok(Reconfigurable::from_limiter(Limiter::try_with_clock(
+                quota, clock,
+            )?))
+        }
+
+        /// [`Reconfigurable::set_quota`] for any algorithm: a window's counts carry over (see
+        /// [`Carry`]).
+        ///
+        /// # Examples
+        ///
+        /// An incident halves a fixed window's limit; what was admitted in this window stays
+        /// counted:
+        ///
+        /// ```
+        /// use atomic_limiter::algorithm::{Fixed, WindowAlgorithm};
+        /// use atomic_limiter::{Carry, ManualClock, Quota, Reconfigurable};
+        /// use std::time::Duration;
+        ///
+        /// let clock = ManualClock::new();
+        /// let api: Reconfigurable<WindowAlgorithm<Fixed>, _> =
+        ///     Reconfigurable::try_with_clock(Quota::per_second(10), clock.clone())?;
+        /// assert_eq!((0..6).filter(|_| api.check().is_allowed()).count(), 6);
+        /// api.try_set_quota(Quota::per_second(5), Carry::Debt)?;
+        /// assert!(api.check().is_denied()); // 6 counted, at least the new limit
+        /// clock.advance(Duration::from_secs(1)); // the same grid: the next window is fresh
+        /// assert_eq!((0..10).filter(|_| api.check().is_allowed()).count(), 5);
+        /// # Ok::<(), atomic_limiter::QuotaError>(())
+        /// ```
+        ///
+        /// # Errors
+        ///
+        /// [`QuotaError::LimitTooLarge`] if the algorithm cannot serve `quota`; the quota in
+        /// force and its state are then left as they were.
+        pub fn try_set_quota(&self, quota: Quota, carry: Carry) -> Result<(), QuotaError> {
+            self.replace(|clock| Limiter::try_with_clock(quota, clock), carry, true)
+        }
+
+        fn from_limiter(limiter: Limiter<A, C>) -> Self {
             let cell = Box::new(Cell {
-                limiter: Limiter::<A, C>::with_clock(quota, clock),
+                limiter,
                 retired: AtomicBool::new(false),
             });
             reclaim::prepare();
@@ -162,32 +263,24 @@ mod cell {
             }
         }
 
-        /// Changes the quota, carrying the state over as `carry` says. Checks racing the change
-        /// are decided on the old quota or the new one, each on its own state; none is lost.
-        pub fn set_quota(&self, quota: Quota, carry: Carry) {
-            self.replace(quota, carry, true);
-        }
-
-        /// For the loom models' teeth: a change that reads the old word instead of retiring it,
-        /// as swapping limiters behind a lock does, so a check racing it can admit on the old
-        /// cell after its word was carried over.
-        #[cfg(atomic_limiter_loom)]
-        #[doc(hidden)]
-        pub fn loom_broken_set_quota(&self, quota: Quota, carry: Carry) {
-            self.replace(quota, carry, false);
-        }
-
-        /// [`Reconfigurable::set_quota`]; `retire` is false only in the loom models' twin.
-        fn replace(&self, quota: Quota, carry: Carry, retire: bool) {
+        /// Builds the new quota's limiter on the limiter's clock with `build` and puts it in
+        /// force; `retire` is false only in the loom models' twin.
+        fn replace<E>(
+            &self,
+            build: impl FnOnce(C) -> Result<Limiter<A, C>, E>,
+            carry: Carry,
+            retire: bool,
+        ) -> Result<(), E> {
             let mut retired = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
             let old_ptr = self.current.load(Ordering::Relaxed); // changed under `writer` only
             // SAFETY: the live cell, which only this (serialised) path retires.
             let old = unsafe { &*old_ptr };
             // Built before the old cell is retired, to keep the window that checks wait out short.
             let mut new = Box::new(Cell {
-                limiter: Limiter::<A, C>::with_clock(quota, old.limiter.clock().clone()),
+                limiter: build(old.limiter.clock().clone())?,
                 retired: AtomicBool::new(false),
             });
+            new.limiter.algorithm_mut().follow(old.limiter.algorithm());
             #[cfg(atomic_limiter_loom)]
             let word = if retire {
                 old.limiter.retire(&old.retired)
@@ -213,6 +306,7 @@ mod cell {
                     drop(unsafe { Box::from_raw(cell) });
                 }
             }
+            Ok(())
         }
 
         /// Asks for `n` tokens, all or nothing, on the quota in force; `n = 0` peeks.

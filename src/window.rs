@@ -14,8 +14,8 @@ use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
-use crate::limiter::algorithm::Algorithm;
-use crate::limiter::algorithm::engine::Engine;
+use crate::limiter::algorithm::engine::{Carried, Engine};
+use crate::limiter::algorithm::{Algorithm, Retunable};
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
 
@@ -148,6 +148,21 @@ pub(crate) mod kind {
 }
 
 impl<K: WindowKind> Algorithm for WindowAlgorithm<K> {}
+impl<K: WindowKind> Retunable for WindowAlgorithm<K> {}
+
+impl<K: WindowKind> Carried for WindowAlgorithm<K> {
+    fn follow(&mut self, from: &Self) {
+        self.params.follow(&from.params);
+    }
+
+    /// The counts, as [`math::carry`] says: [`Carry::Debt`](crate::Carry::Debt) keeps them as
+    /// they are, [`Carry::Proportional`](crate::Carry::Proportional) scales them to the new
+    /// limit; both at most the new limit.
+    fn carry(&self, word: u64, now: u64, to: &Self, _now_to: u64, how: crate::Carry) -> u64 {
+        let proportional = matches!(how, crate::Carry::Proportional);
+        math::carry(word, now, K::COUNTS, &self.params, &to.params, proportional)
+    }
+}
 
 impl<K: WindowKind> Engine for WindowAlgorithm<K> {
     type Answer = Decision;

@@ -322,6 +322,10 @@ impl<K, V, M: KeyedStore<K, V>> KeyedStore<K, V> for Counting<M> {
     ) -> (R, bool) {
         self.map.with_inserted(key, make, f)
     }
+    fn update_all(&self, f: impl FnMut(&K, &mut V)) {
+        self.lookups.fetch_add(1 << 32, Relaxed); // a pass over the whole map
+        self.map.update_all(f)
+    }
     fn remove_where(&self, remove: impl FnMut(&K, &V) -> bool) {
         self.lookups.fetch_add(1 << 32, Relaxed); // a pass over the whole map
         self.map.remove_where(remove)
@@ -438,6 +442,101 @@ fn requota_run() -> impl Strategy<Value = (Vec<Quota>, Vec<Requota>)> {
     })
 }
 
+/// How a run's changes reach the table.
+#[derive(Clone, Copy)]
+enum Changes {
+    /// The quota function's answer for one key changes; `requota` applies it to that key.
+    PerKey,
+    /// The table's one quota changes; `set_quota` applies it to every key (a change's key is
+    /// ignored).
+    Whole,
+}
+
+/// Runs a table through `ops` beside one reconfigurable limiter per key given the same changes:
+/// every check must answer the same, figures included, and each change must say whether it
+/// changed anything exactly when the limiters changed.
+fn against_one_reconfigurable_per_key<A>(
+    quotas: &[Quota],
+    ops: &[Requota],
+    changes: Changes,
+) -> Result<(), TestCaseError>
+where
+    A: atomic_limiter::algorithm::Retunable + atomic_limiter::algorithm::Continuous + 'static,
+{
+    use atomic_limiter::{Limiter, Reconfigurable};
+    use std::sync::Mutex;
+    let clock = ManualClock::starting_at(1_000_000);
+    let config = Arc::new(Mutex::new([0usize; 4]));
+    let make = {
+        let clock = clock.clone();
+        move |q| Limiter::<A, ManualClock>::with_clock(q, clock.clone())
+    };
+    let quotas_for = quotas.to_vec();
+    let table = match changes {
+        Changes::PerKey => {
+            let config = config.clone();
+            Keyed::with_quota_fn(
+                64,
+                move |k: &u8| quotas_for[config.lock().unwrap()[usize::from(*k)]],
+                make,
+            )
+        }
+        Changes::Whole => Keyed::new(quotas[0], 64, make),
+    };
+    let mut each: HashMap<u8, Reconfigurable<A, ManualClock>> = HashMap::new();
+    for op in ops {
+        match *op {
+            Requota::Advance(ns) => clock.advance_nanos(ns),
+            Requota::Check(k, n) => {
+                let q = quotas[config.lock().unwrap()[usize::from(k)]];
+                if !each.contains_key(&k) && (n == 0 || n > q.burst()) {
+                    // Neither takes a place: a peek at a key not held answers a full bucket, and
+                    // a request above the burst is refused.
+                    match table.check_key_n(&k, n) {
+                        Ok(a) => {
+                            prop_assert!(n == 0 && a.is_allowed());
+                            prop_assert_eq!(a.remaining(), u64::from(q.burst()));
+                        }
+                        Err(_) => prop_assert!(n > q.burst()),
+                    }
+                    continue;
+                }
+                let one = each
+                    .entry(k)
+                    .or_insert_with(|| Reconfigurable::with_clock(q, clock.clone()));
+                let (a, b) = (table.check_key_n(&k, n), one.check_n(n));
+                prop_assert_eq!(a.is_err(), b.is_err(), "key {} n {}", k, n);
+                if let (Ok(a), Ok(b)) = (a, b) {
+                    prop_assert_eq!(a, b, "key {} n {}", k, n);
+                }
+            }
+            Requota::Set(k, i, carry) => match changes {
+                Changes::PerKey => {
+                    config.lock().unwrap()[usize::from(k)] = i;
+                    let expected = each.get(&k).is_some_and(|one| one.quota() != quotas[i]);
+                    if expected {
+                        each[&k].set_quota(quotas[i], carry);
+                    }
+                    prop_assert_eq!(table.requota(&k, carry), expected);
+                }
+                Changes::Whole => {
+                    let expected = quotas[config.lock().unwrap()[0]] != quotas[i];
+                    *config.lock().unwrap() = [i; 4];
+                    for one in each.values() {
+                        prop_assert_eq!(one.quota() != quotas[i], expected);
+                        if expected {
+                            one.set_quota(quotas[i], carry);
+                        }
+                    }
+                    prop_assert_eq!(table.set_quota(quotas[i], carry), expected);
+                    prop_assert_eq!(table.quota_of(&k), quotas[i]);
+                }
+            },
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     /// A keyed table whose quota function reads a configuration that changes, each change
     /// applied with `requota`, decides every check exactly as one reconfigurable limiter per key
@@ -446,56 +545,116 @@ proptest! {
     #[test]
     fn requota_is_one_reconfigurable_limiter_per_key((quotas, ops) in requota_run()) {
         use atomic_limiter::algorithm::GcraAlgorithm;
-        use atomic_limiter::{Carry, Reconfigurable};
-        use std::sync::Mutex;
-        let clock = ManualClock::starting_at(1_000_000);
-        let config = Arc::new(Mutex::new([0usize; 4]));
-        let table = {
-            let (config, quotas, clock) = (config.clone(), quotas.clone(), clock.clone());
-            Keyed::with_quota_fn(
-                64,
-                move |k: &u8| quotas[config.lock().unwrap()[usize::from(*k)]],
-                move |q| Gcra::with_clock(q, clock.clone()),
-            )
-        };
-        let mut each: HashMap<u8, Reconfigurable<GcraAlgorithm, ManualClock>> = HashMap::new();
-        for op in ops {
-            match op {
-                Requota::Advance(ns) => clock.advance_nanos(ns),
-                Requota::Check(k, n) => {
-                    let q = quotas[config.lock().unwrap()[usize::from(k)]];
-                    if !each.contains_key(&k) && (n == 0 || n > q.burst()) {
-                        // Neither takes a place: a peek at a key not held answers a full bucket,
-                        // and a request above the burst is refused.
-                        match table.check_key_n(&k, n) {
-                            Ok(a) => {
-                                prop_assert!(n == 0 && a.is_allowed());
-                                prop_assert_eq!(a.remaining(), u64::from(q.burst()));
-                            }
-                            Err(_) => prop_assert!(n > q.burst()),
-                        }
-                        continue;
-                    }
-                    let one = each
-                        .entry(k)
-                        .or_insert_with(|| Reconfigurable::with_clock(q, clock.clone()));
-                    let (a, b) = (table.check_key_n(&k, n), one.check_n(n));
-                    prop_assert_eq!(a.is_err(), b.is_err(), "key {} n {}", k, n);
-                    if let (Ok(a), Ok(b)) = (a, b) {
-                        prop_assert_eq!(a, b, "key {} n {}", k, n);
-                    }
-                }
-                Requota::Set(k, i, carry) => {
-                    config.lock().unwrap()[usize::from(k)] = i;
-                    let expected = each.get(&k).is_some_and(|one| one.quota() != quotas[i]);
-                    if expected {
-                        each[&k].set_quota(quotas[i], carry);
-                    }
-                    prop_assert_eq!(table.requota(&k, carry), expected);
-                    let _: Carry = carry;
-                }
+        against_one_reconfigurable_per_key::<GcraAlgorithm>(&quotas, &ops, Changes::PerKey)?;
+    }
+
+    /// A table with one quota changed with `set_quota` decides every check exactly as one
+    /// reconfigurable limiter per key given each change: GCRA and the token bucket, both carries.
+    #[test]
+    fn set_quota_is_one_reconfigurable_limiter_per_key((quotas, ops) in requota_run()) {
+        use atomic_limiter::algorithm::{GcraAlgorithm, TokenBucketAlgorithm};
+        against_one_reconfigurable_per_key::<GcraAlgorithm>(&quotas, &ops, Changes::Whole)?;
+        against_one_reconfigurable_per_key::<TokenBucketAlgorithm>(&quotas, &ops, Changes::Whole)?;
+    }
+}
+
+/// After a change of the table's quota, the eviction index holds each key at its new instant.
+/// Key 1, left empty by a proportional carry to a quota that refills in a millisecond, is full
+/// after that millisecond; key 2, checked half-way, is not yet. A new key at the cap must find
+/// key 1 (filed on the old quota it would have been a second away, behind key 2, and the table
+/// would answer "full").
+#[test]
+fn set_quota_files_every_key_at_its_new_instant() {
+    use atomic_limiter::Carry;
+    let clock = ManualClock::new();
+    let table = Keyed::gcra_with_clock(Quota::per_second(1), 2, clock.clone());
+    assert!(table.check_key(&1).is_allowed());
+    let fast = Quota::per_second(1000).with_burst(1);
+    assert!(table.set_quota(fast, Carry::Proportional));
+    assert!(!table.set_quota(fast, Carry::Debt), "no change");
+    assert_eq!(table.check_key_n(&1, 0).unwrap().remaining(), 0);
+    clock.advance(Duration::from_micros(500));
+    assert!(table.check_key(&2).is_allowed());
+    clock.advance(Duration::from_micros(500));
+    let newcomer = table.check_key(&3);
+    assert!(newcomer.is_allowed(), "{newcomer:?}");
+    assert_eq!(table.len(), 2);
+    // Back to the quota the table was built with: its keys decide on the fast path again, as
+    // exactly (key 3's debt of 1 ms becomes a debt of 1 s, proportionally).
+    assert!(table.set_quota(Quota::per_second(1), Carry::Proportional));
+    assert!(table.check_key(&3).is_denied());
+    clock.advance(Duration::from_secs(1));
+    assert!(table.check_key(&3).is_allowed());
+    assert!(!table.requota(&3, Carry::Debt), "no quota function");
+}
+
+/// Two threads check on a frozen clock, each `check(i)` for `i` in `0..checks`, while a third
+/// calls `flip(flips)` until they are done (50 times at least): how many were admitted.
+fn admitted_while_flipping(
+    checks: u32,
+    check: impl Fn(u32) -> bool + Sync,
+    flip: impl Fn(u32) + Sync,
+) -> usize {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    let admitted = AtomicUsize::new(0);
+    let done = AtomicBool::new(false);
+    let start = Barrier::new(3);
+    thread::scope(|s| {
+        s.spawn(|| {
+            start.wait();
+            let mut flips = 0u32;
+            while !done.load(Relaxed) || flips < 50 {
+                flip(flips);
+                flips += 1;
             }
+        });
+        let checkers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    start.wait();
+                    for i in 0..checks {
+                        if check(i) {
+                            admitted.fetch_add(1, Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in checkers {
+            c.join().unwrap();
         }
+        done.store(true, Relaxed);
+    });
+    admitted.load(Relaxed)
+}
+
+/// Threads check four keys on a frozen clock while another flips the table between bursts of
+/// 100 and 50 at one rate, the debt carried as time: every admission is counted in the state
+/// carried over, so once the quota is back at 100 and every key drained, exactly 100 were
+/// admitted per key.
+#[test]
+fn set_quota_racing_checks_loses_no_admission() {
+    use atomic_limiter::Carry;
+    let big = Quota::per_second(10).with_burst(100);
+    let small = Quota::per_second(10).with_burst(50);
+    for round in 0..20 {
+        let table = Keyed::gcra_with_clock(big, 8, ManualClock::new());
+        let admitted = admitted_while_flipping(
+            400,
+            |i| table.check_key(&(i % 4)).is_allowed(),
+            |flips| {
+                let _ = table.set_quota(if flips % 2 == 0 { small } else { big }, Carry::Debt);
+            },
+        );
+        let _ = table.set_quota(big, Carry::Debt);
+        let rest: usize = (0..4u32)
+            .map(|k| {
+                (0..200)
+                    .filter(|_| table.check_key(&k).is_allowed())
+                    .count()
+            })
+            .sum();
+        assert_eq!(admitted + rest, 400, "round {round}");
     }
 }
 
@@ -506,7 +665,7 @@ proptest! {
 #[test]
 fn requota_racing_checks_loses_no_admission() {
     use atomic_limiter::Carry;
-    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::sync::atomic::AtomicBool;
     for round in 0..20 {
         let big = Quota::per_second(10).with_burst(100);
         let small = Quota::per_second(10).with_burst(50);
@@ -519,41 +678,19 @@ fn requota_racing_checks_loses_no_admission() {
                 |q| Gcra::with_clock(q, ManualClock::new()),
             )
         };
-        let admitted = AtomicUsize::new(0);
-        let done = AtomicBool::new(false);
-        let start = Barrier::new(3);
-        thread::scope(|s| {
-            s.spawn(|| {
-                start.wait();
-                let mut flips = 0;
-                while !done.load(Relaxed) || flips < 50 {
-                    use_small.fetch_xor(true, Relaxed);
-                    let _ = table.requota(&7, Carry::Debt);
-                    flips += 1;
-                }
-            });
-            let checkers: Vec<_> = (0..2)
-                .map(|_| {
-                    s.spawn(|| {
-                        start.wait();
-                        for _ in 0..100 {
-                            if table.check_key(&7).is_allowed() {
-                                admitted.fetch_add(1, Relaxed);
-                            }
-                        }
-                    })
-                })
-                .collect();
-            for c in checkers {
-                c.join().unwrap();
-            }
-            done.store(true, Relaxed);
-        });
+        let admitted = admitted_while_flipping(
+            100,
+            |_| table.check_key(&7).is_allowed(),
+            |_| {
+                use_small.fetch_xor(true, Relaxed);
+                let _ = table.requota(&7, Carry::Debt);
+            },
+        );
         use_small.store(false, Relaxed);
         let _ = table.requota(&7, Carry::Debt);
         let rest = (0..200)
             .filter(|_| table.check_key(&7).is_allowed())
             .count();
-        assert_eq!(admitted.load(Relaxed) + rest, 100, "round {round}");
+        assert_eq!(admitted + rest, 100, "round {round}");
     }
 }

@@ -2,9 +2,11 @@
 
 mod common;
 
-use atomic_limiter::algorithm::{GcraAlgorithm, Retunable, TokenBucketAlgorithm};
+use atomic_limiter::algorithm::{
+    Continuous, Fixed, GcraAlgorithm, Retunable, Sliding, TokenBucketAlgorithm, WindowAlgorithm,
+};
 use atomic_limiter::{Carry, Clock, Decision, ManualClock, Quota, Reconfigurable};
-use common::Model;
+use common::{FixedModel, Model, SlidingModel};
 use proptest::prelude::*;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -55,7 +57,7 @@ fn run() -> impl Strategy<Value = (Vec<Quota>, Vec<Op>)> {
 /// giving each check within the burst to `judge` with the model at that instant; and checks that
 /// since each change admissions never exceed what the quota in force allows (burst + elapsed ×
 /// rate).
-fn against_the_model<A: Retunable + 'static>(
+fn against_the_model<A: Retunable + Continuous + 'static>(
     quotas: &[Quota],
     ops: &[Op],
     at_most_empty: bool,
@@ -120,7 +122,9 @@ proptest! {
     }
 
     /// The token bucket: it never admits what the exact model (carried the same way, a debt past
-    /// the new burst counting as empty, and following the bucket's own admissions) refuses.
+    /// the new burst counting as empty, and following the bucket's own admissions) refuses, and
+    /// never refuses what the model could serve with a token to spare: the grid trails by a few
+    /// 1/1024ths of a token, and each change adds at most four more (a run has under 150).
     #[test]
     fn a_reconfigured_bucket_is_never_ahead_of_the_exact_model((quotas, ops) in run()) {
         against_the_model::<TokenBucketAlgorithm>(&quotas, &ops, true, |d, model, now, n| {
@@ -128,6 +132,8 @@ proptest! {
             let exact_allows = n == 0 || num >= i128::from(n) * den;
             prop_assert!(!d.is_allowed() || exact_allows,
                 "admitted {} at {} with {}/{} tokens", n, now, num, den);
+            prop_assert!(d.is_allowed() || num < i128::from(n + 1) * den,
+                "refused {} at {} with {}/{} tokens", n, now, num, den);
             model.apply(now, n, d.is_allowed());
             Ok(())
         })?;
@@ -140,14 +146,49 @@ proptest! {
 /// after its word was carried) would show as one more.
 #[test]
 fn racing_changes_neither_lose_nor_add_admissions() {
+    let quota = Quota::per_second(1).with_burst(1_000);
+    race_changes(
+        || Tunable::with_clock(quota, ManualClock::new()),
+        |l, carry| {
+            l.set_quota(quota, carry);
+        },
+    );
+}
+
+/// The windows' form of [`racing_changes_neither_lose_nor_add_admissions`]: a limit of 1 000 per
+/// second on a frozen clock, changed to the same figures over and over, admits exactly 1 000.
+#[test]
+fn racing_window_changes_neither_lose_nor_add_admissions() {
+    let quota = Quota::per_second(1_000);
+    race_changes(
+        || {
+            Reconfigurable::<WindowAlgorithm<Fixed>, _>::try_with_clock(quota, ManualClock::new())
+                .unwrap()
+        },
+        |l, carry| l.try_set_quota(quota, carry).unwrap(),
+    );
+    race_changes(
+        || {
+            Reconfigurable::<WindowAlgorithm<Sliding>, _>::try_with_clock(quota, ManualClock::new())
+                .unwrap()
+        },
+        |l, carry| l.try_set_quota(quota, carry).unwrap(),
+    );
+}
+
+/// Three threads check a limiter of 1 000 on a frozen clock while a fourth changes it with
+/// `change` over and over, 50 rounds alternating the carries: exactly 1 000 must be admitted.
+fn race_changes<A: Retunable + 'static>(
+    make: impl Fn() -> Reconfigurable<A, ManualClock>,
+    change: impl Fn(&Reconfigurable<A, ManualClock>, Carry) + Sync,
+) {
     let burst = 1_000u32;
-    let quota = Quota::per_second(1).with_burst(burst);
     for (round, carry) in [Carry::Debt, Carry::Proportional]
         .repeat(25)
         .into_iter()
         .enumerate()
     {
-        let limiter = Tunable::with_clock(quota, ManualClock::new());
+        let limiter = make();
         let checkers = 3;
         let start = Barrier::new(checkers + 1);
         let done = AtomicBool::new(false);
@@ -160,7 +201,7 @@ fn racing_changes_neither_lose_nor_add_admissions() {
             let changer = s.spawn(|| {
                 start.wait();
                 while !done.load(Relaxed) {
-                    limiter.set_quota(quota, carry);
+                    change(&limiter, carry);
                     made.fetch_add(1, Relaxed);
                 }
                 made.load(Relaxed)
@@ -224,7 +265,7 @@ fn changes_under_a_stepping_clock_and_extreme_quotas_stay_within_the_quota() {
         Quota::per_second(1_000).with_burst(Quota::MAX_BURST),
         Quota::per_second(1_000_000_000).with_burst(1),
     ];
-    fn run<A: Retunable + 'static>(quotas: &[Quota]) {
+    fn run<A: Retunable + Continuous + 'static>(quotas: &[Quota]) {
         let clock = ManualClock::starting_at(1 << 40);
         let limiter: Reconfigurable<A, ManualClock> =
             Reconfigurable::with_clock(quotas[0], clock.clone());
@@ -255,4 +296,224 @@ fn changes_under_a_stepping_clock_and_extreme_quotas_stay_within_the_quota() {
     }
     run::<GcraAlgorithm>(&quotas);
     run::<TokenBucketAlgorithm>(&quotas);
+}
+
+/// The windows under the same stepping clock, between one admission a century, the largest limit
+/// each can hold per ten seconds, and a limit too large for either: no panic or overflow, a too-large
+/// limit refused with the quota in force and its state left as they were, and every admission
+/// within what a span of the window allows (twice the limit for the sliding counter).
+#[test]
+fn window_changes_under_a_stepping_clock_and_extreme_quotas_stay_within_the_quota() {
+    fn run<K>(largest: u64)
+    where
+        WindowAlgorithm<K>: Retunable,
+        K: 'static,
+    {
+        let quotas = [
+            Quota::with_period(Duration::from_secs(100 * 365 * 24 * 3600)),
+            Quota::try_new(largest, Duration::from_secs(10), 1).unwrap(),
+            Quota::try_new(largest + 1, Duration::from_secs(10), 1).unwrap(),
+        ];
+        let clock = ManualClock::starting_at(1 << 40);
+        let limiter: Reconfigurable<WindowAlgorithm<K>, ManualClock> =
+            Reconfigurable::try_with_clock(quotas[0], clock.clone()).unwrap();
+        let mut quota = quotas[0];
+        for round in 0..300u64 {
+            let carry = if round % 2 == 0 {
+                Carry::Debt
+            } else {
+                Carry::Proportional
+            };
+            let to = quotas[(round % 3) as usize];
+            match limiter.try_set_quota(to, carry) {
+                Ok(()) => quota = to,
+                Err(_) => {
+                    assert_eq!(to.rate(), largest + 1, "round {round}");
+                    assert_eq!(limiter.quota(), quota, "round {round}: left as it was");
+                }
+            }
+            // Back a second, or on by up to a second and a half.
+            let step = (round * 7_919 % 2_500) * 1_000_000;
+            if step < 1_000_000_000 {
+                clock.set(clock.now() - 1_000_000_000);
+            } else {
+                clock.advance_nanos(step - 1_000_000_000);
+            }
+            let admitted = (0..8).filter(|_| limiter.check().is_allowed()).count() as u64;
+            assert!(
+                admitted <= 2 * quota.rate(),
+                "round {round}: {admitted} admitted on {quota:?}"
+            );
+            let _ = limiter.check_n(u32::MAX);
+        }
+    }
+    run::<Fixed>((1 << 31) - 1);
+    run::<Sliding>((1 << 20) - 1);
+}
+
+/// A window run: quotas whose windows share two lengths (so that changes both keep the grid and
+/// start a new one), and checks, advances and changes.
+fn window_run() -> impl Strategy<Value = (Vec<Quota>, Vec<Op>)> {
+    (1u64..=50_000, 1u64..=50_000).prop_flat_map(|(w1, w2)| {
+        let quota = (1u64..=40, proptest::bool::ANY).prop_map(move |(limit, first)| {
+            Quota::try_new(limit, Duration::from_micros(if first { w1 } else { w2 }), 1).unwrap()
+        });
+        proptest::collection::vec(quota, 2..5).prop_flat_map(move |quotas| {
+            let longest = w1.max(w2) * 1_000;
+            let count = quotas.len();
+            let carry = prop_oneof![Just(Carry::Debt), Just(Carry::Proportional)];
+            let op = prop_oneof![
+                2 => (0u64..=3).prop_map(Op::Advance),
+                3 => (0..=longest / 3).prop_map(Op::Advance),
+                1 => (0..=longest * 3).prop_map(Op::Advance),
+                6 => (0u32..=41).prop_map(Op::Check),
+                2 => (0..count, carry).prop_map(|(i, c)| Op::Set(i, c)),
+            ];
+            (Just(quotas.clone()), proptest::collection::vec(op, 1..150))
+        })
+    })
+}
+
+/// The model of one window kind: its check, its change, and the start of the window of the grid
+/// in force that holds `now` (for the fixed window's bound).
+trait WindowModel: Sized {
+    fn new(q: &Quota, now: u64) -> Self;
+    fn check(&mut self, now: u64, n: u64) -> (bool, u64);
+    fn change(&mut self, now: u64, q: &Quota, proportional: bool) -> Self;
+    /// The most admissions after a change that any span of the window's length, or (fixed)
+    /// any window of the grid, may hold; and the window of `now` in that grid, for grouping.
+    fn bound(&self) -> u64;
+    fn group(&self, now: u64) -> Option<u64>;
+}
+
+impl WindowModel for FixedModel {
+    fn new(q: &Quota, now: u64) -> Self {
+        FixedModel {
+            limit: q.rate(),
+            window: q.per().as_nanos() as u64,
+            epoch: now,
+            index: 0,
+            count: 0,
+        }
+    }
+    fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
+        FixedModel::check(self, now, n)
+    }
+    fn change(&mut self, now: u64, q: &Quota, proportional: bool) -> Self {
+        self.reconfigured(now, q.rate(), q.per().as_nanos() as u64, proportional)
+    }
+    fn bound(&self) -> u64 {
+        self.limit
+    }
+    fn group(&self, now: u64) -> Option<u64> {
+        Some((now - self.epoch) / self.window)
+    }
+}
+
+impl WindowModel for SlidingModel {
+    fn new(q: &Quota, now: u64) -> Self {
+        SlidingModel {
+            limit: q.rate(),
+            window: q.per().as_nanos() as u64,
+            epoch: now,
+            index: 0,
+            previous: 0,
+            current: 0,
+        }
+    }
+    fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
+        SlidingModel::check(self, now, n)
+    }
+    fn change(&mut self, now: u64, q: &Quota, proportional: bool) -> Self {
+        self.reconfigured(now, q.rate(), q.per().as_nanos() as u64, proportional)
+    }
+    fn bound(&self) -> u64 {
+        2 * self.limit - 1
+    }
+    fn group(&self, _now: u64) -> Option<u64> {
+        None
+    }
+}
+
+/// Runs `ops` through a reconfigurable window limiter and its model: every decision and
+/// remaining count equal; and, from the model's rule alone, since each change no window of the
+/// grid in force (fixed) or span of the window's length (sliding) holds more admissions than the
+/// quota in force allows.
+fn windows_against_the_model<K, M>(quotas: &[Quota], ops: &[Op]) -> Result<(), TestCaseError>
+where
+    WindowAlgorithm<K>: Retunable,
+    K: 'static,
+    M: WindowModel,
+{
+    let clock = ManualClock::starting_at(1_000_000);
+    let limiter: Reconfigurable<WindowAlgorithm<K>, ManualClock> =
+        Reconfigurable::try_with_clock(quotas[0], clock.clone()).unwrap();
+    let mut model = M::new(&quotas[0], clock.now());
+    let mut quota = quotas[0];
+    let mut since: Vec<(u64, u64)> = Vec::new(); // admissions since the last change
+    for op in ops {
+        let now = clock.now();
+        match *op {
+            Op::Advance(ns) => clock.advance_nanos(ns),
+            Op::Set(i, carry) => {
+                limiter.try_set_quota(quotas[i], carry).unwrap();
+                model = model.change(now, &quotas[i], carry == Carry::Proportional);
+                quota = quotas[i];
+                since.clear();
+                prop_assert_eq!(limiter.quota(), quota);
+            }
+            Op::Check(n) => {
+                let d = limiter.check_n(n);
+                if u64::from(n) > quota.rate() {
+                    prop_assert!(d.is_err());
+                    continue;
+                }
+                let d = d.unwrap();
+                let (allowed, remaining) = model.check(now, u64::from(n));
+                prop_assert_eq!(d.is_allowed(), allowed, "at {} for {}", now, n);
+                prop_assert_eq!(d.remaining(), remaining, "at {} for {}", now, n);
+                if allowed && n > 0 {
+                    since.push((now, u64::from(n)));
+                }
+                let window = quota.per().as_nanos() as u64;
+                let held: u64 = match model.group(now) {
+                    Some(g) => since
+                        .iter()
+                        .filter(|(t, _)| model.group(*t) == Some(g))
+                        .map(|x| x.1)
+                        .sum(),
+                    None => since
+                        .iter()
+                        .filter(|(t, _)| now - t < window)
+                        .map(|x| x.1)
+                        .sum(),
+                };
+                prop_assert!(
+                    held <= model.bound(),
+                    "{} admitted in one window after a change",
+                    held
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)
+    ))]
+
+    /// The fixed window through checks and changes (both carries, windows of the same length and
+    /// not): every decision is the book model's.
+    #[test]
+    fn fixed_window_changes_match_the_model((quotas, ops) in window_run()) {
+        windows_against_the_model::<Fixed, FixedModel>(&quotas, &ops)?;
+    }
+
+    /// The sliding window counter, likewise.
+    #[test]
+    fn sliding_counter_changes_match_the_model((quotas, ops) in window_run()) {
+        windows_against_the_model::<Sliding, SlidingModel>(&quotas, &ops)?;
+    }
 }

@@ -71,6 +71,20 @@ impl<V> KeyedStore<u32, V> for LoomMap<V> {
         (f(&v), inserted)
     }
 
+    fn update_all(&self, mut f: impl FnMut(&u32, &mut V)) {
+        let mut map = self.map.lock().unwrap();
+        for (k, v) in map.iter_mut() {
+            // A check holding the entry's `Arc` finishes without the map's mutex.
+            let v = loop {
+                if Arc::get_mut(v).is_some() {
+                    break Arc::get_mut(v).unwrap();
+                }
+                thread::yield_now();
+            };
+            f(k, v);
+        }
+    }
+
     fn remove_where(&self, mut remove: impl FnMut(&u32, &V) -> bool) {
         self.map.lock().unwrap().retain(|k, v| !remove(k, v));
     }

@@ -135,6 +135,12 @@ impl<K> DueQueue<K> {
         self.heap = BinaryHeap::from(entries);
     }
 
+    /// Files the held keys anew, each once, in place of everything filed (after a change of
+    /// quota moved every instant).
+    pub(crate) fn refile(&mut self, keys: alloc::vec::Vec<(K, u64)>) {
+        self.heap = keys.into_iter().map(|(key, at)| Due { at, key }).collect();
+    }
+
     /// Keeps only the keys `held` says are still in the map (after a sweep).
     pub(crate) fn retain(&mut self, mut held: impl FnMut(&K) -> bool) {
         self.heap.retain(|d| held(&d.key));

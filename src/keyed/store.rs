@@ -27,6 +27,10 @@ pub trait KeyedStore<K, V> {
         f: impl FnOnce(&V) -> R,
     ) -> (R, bool);
 
+    /// Runs `f` on every value, each with its key held exclusively (no check on it can run
+    /// meanwhile).
+    fn update_all(&self, f: impl FnMut(&K, &mut V));
+
     /// Removes every entry for which `remove` says so (decided with the entry locked against
     /// concurrent checks).
     fn remove_where(&self, remove: impl FnMut(&K, &V) -> bool);
@@ -66,6 +70,14 @@ impl<K: Eq + Hash, V, S: BuildHasher + Clone> KeyedStore<K, V> for DashMap<K, V,
             Entry::Occupied(o) => (f(&o.into_ref().downgrade()), false),
             Entry::Vacant(v) => (f(&v.insert(make()).downgrade()), true),
         }
+    }
+
+    fn update_all(&self, mut f: impl FnMut(&K, &mut V)) {
+        // Each shard's write lock is held while its values are changed.
+        self.retain(|k, v| {
+            f(k, v);
+            true
+        });
     }
 
     fn remove_where(&self, mut remove: impl FnMut(&K, &V) -> bool) {

@@ -20,10 +20,10 @@ pub trait Algorithm: engine::Engine + core::fmt::Debug + Send + Sync + Sized {}
 /// the token bucket.
 pub trait Continuous: Algorithm + engine::Total + engine::Carried {}
 
-/// A continuous algorithm whose state carries over to a new quota (see
-/// [`Carry`](crate::Carry)), so its limiter can be [`Reconfigurable`](crate::Reconfigurable):
-/// GCRA.
-pub trait Retunable: Continuous + engine::Carried {}
+/// An algorithm whose state carries over to a new quota (see [`Carry`](crate::Carry)), so its
+/// limiter can be [`Reconfigurable`](crate::Reconfigurable): GCRA, the token bucket and the
+/// windows.
+pub trait Retunable: Algorithm + engine::Carried {}
 
 pub(crate) mod engine {
     use super::*;
@@ -110,6 +110,12 @@ pub(crate) mod engine {
 
     /// A retunable algorithm's part: its state carried over to new parameters.
     pub trait Carried {
+        /// Aligns new parameters with the old ones where the carried state needs it (a window
+        /// of the same length keeps the old grid); called before [`Carried::carry`].
+        fn follow(&mut self, from: &Self) {
+            let _ = from;
+        }
+
         /// The word that carries `word` (at `now`, in this algorithm's units) over to `to`
         /// (`now_to` in its units), as `how` says, never fuller than `word` was.
         fn carry(&self, word: u64, now: u64, to: &Self, now_to: u64, how: crate::Carry) -> u64;

@@ -546,7 +546,7 @@ pub(crate) const fn decide(
 /// the tick that holds the change's instant: up to a tick's refill (one unit, the tick being at
 /// most a unit) counted before that instant, up to one unit already accrued on the grid at that
 /// tick, and one unit for the rate rounded down on the way in.
-const CARRY_MARGIN: u64 = 3 * UNIT;
+const CARRY_MARGIN: u64 = 3;
 
 /// The word that carries `word`, read at `now_ns`, over to the bucket `to` at the same instant.
 /// What the bucket lacks of full (its debt) is kept as time, or as its share of the cap

@@ -101,6 +101,24 @@ impl WindowParams {
         64 - counts * self.count_bits
     }
 
+    /// The stored index's mask (`counts` counts in the word).
+    fn index_mask(&self, counts: u32) -> u64 {
+        let bits = self.index_bits(counts);
+        if bits == 64 {
+            u64::MAX
+        } else {
+            (1 << bits) - 1
+        }
+    }
+
+    /// Keeps `from`'s grid when the window's length is the same (only the limit changes), so that
+    /// counts carried over expire when they would have.
+    pub(crate) fn follow(&mut self, from: &WindowParams) {
+        if self.window == from.window {
+            self.epoch = from.epoch;
+        }
+    }
+
     /// The longest idle read exactly, in ns (saturating): `2^(index_bits - 1) - 1` windows. Past it
     /// the window index is read modulo its width and old counts may be kept (fewer admissions,
     /// never more).
@@ -115,12 +133,7 @@ impl WindowParams {
         let (k, elapsed) = self.locate(now);
         // A reading before the epoch is read as the epoch; its waits count the difference.
         let before_epoch = self.epoch.saturating_sub(now);
-        let bits = self.index_bits(counts);
-        let mask = if bits == 64 {
-            u64::MAX
-        } else {
-            (1 << bits) - 1
-        };
+        let mask = self.index_mask(counts);
         let d = k.wrapping_sub(stored) & mask;
         let (step, elapsed, behind) = if d == 0 {
             (Move::Same, elapsed, before_epoch)
@@ -325,6 +338,84 @@ fn wait_sliding(previous: u64, current: u64, n: u64, elapsed: u64, p: &WindowPar
         need.div_ceil(current)
     };
     (to_end + e).min(u128::from(u64::MAX)) as u64
+}
+
+/// The counts of `word` (`counts` of them, 1 or 2) as of a reading `now`: the full index of the
+/// window they stand in, the ns elapsed in it, and (previous, current), rolled as a check would
+/// roll them. A reading behind the stored window keeps its counts, at that window's start.
+fn counts_at(word: u64, now: u64, counts: u32, p: &WindowParams) -> (u64, u64, u64, u64) {
+    let cb = p.count_bits;
+    let count_mask = (1u64 << cb) - 1;
+    let stored = word >> (counts * cb);
+    let current = word & count_mask;
+    let previous = if counts == 2 {
+        (word >> cb) & count_mask
+    } else {
+        0
+    };
+    let (k, elapsed) = p.locate(now);
+    let mask = p.index_mask(counts);
+    let d = k.wrapping_sub(stored) & mask;
+    if d == 0 {
+        (k, elapsed, previous, current)
+    } else if d > mask >> 1 {
+        // Behind the stored window by `back` windows: its counts, at its start.
+        let back = stored.wrapping_sub(k) & mask;
+        (k.wrapping_add(back), 0, previous, current)
+    } else if d == 1 && counts == 2 {
+        (k, elapsed, current, 0)
+    } else {
+        (k, elapsed, 0, 0)
+    }
+}
+
+/// The word that carries a window limiter's `word`, read at `now`, over to the parameters `to`
+/// (`counts` counts per word): the admissions counted stay counted, each count rounded up to the
+/// new limit's scale if `proportional`, and at most the new limit.
+///
+/// A window of the same length keeps the old grid ([`WindowParams::follow`]), so counts expire
+/// when they would have. A window of another length starts a new grid at the change: the current
+/// count is counted in the new window that holds the change, and the previous count's weight at
+/// the change (the part of the previous window still inside the last `W`) becomes a previous
+/// count that weighs at least as much there. Either way the new state is never emptier than the
+/// old one was at the change.
+pub(crate) fn carry(
+    word: u64,
+    now: u64,
+    counts: u32,
+    from: &WindowParams,
+    to: &WindowParams,
+    proportional: bool,
+) -> u64 {
+    let (index, elapsed, previous, current) = counts_at(word, now, counts, from);
+    let scale = |count: u64| -> u64 {
+        let count = if proportional {
+            (u128::from(count) * u128::from(to.limit)).div_ceil(u128::from(from.limit))
+        } else {
+            u128::from(count)
+        };
+        count.min(u128::from(to.limit)) as u64
+    };
+    let (index, previous) = if to.window == from.window && to.epoch == from.epoch {
+        (index, previous)
+    } else {
+        // previous × (W - e) / W, the old weight at the change, as a count weighing at least as
+        // much in the new window at its own elapsed e': × W' / (W' - e'), rounded up.
+        let (k, e) = to.locate(now);
+        let weight = u128::from(previous) * u128::from(from.window - elapsed);
+        let left = u128::from(to.window - e);
+        let carried = (weight * u128::from(to.window)).div_ceil(u128::from(from.window) * left);
+        (k, carried.min(u128::from(u64::MAX)) as u64)
+    };
+    let cb = to.count_bits;
+    let packed = if counts == 2 {
+        (scale(previous) << cb) | scale(current)
+    } else {
+        scale(current)
+    };
+    // The index's high bits fall off the word, as they do when a step stores it (the counts take
+    // at most 62 bits).
+    (index << (counts * cb)) | packed
 }
 
 #[cfg(test)]

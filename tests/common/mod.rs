@@ -212,6 +212,40 @@ impl FixedModel {
         }
         (ok, self.limit - self.count)
     }
+
+    /// The window after a change to `limit` per `window` at `now` (a limiter built at `now`):
+    /// the count as of `now`, scaled to the new limit (rounded up) if `proportional`, at most
+    /// the new limit; the grid kept if the window's length is, else a new grid from `now` whose
+    /// first window holds the count.
+    pub fn reconfigured(&mut self, now: u64, limit: u64, window: u64, proportional: bool) -> Self {
+        self.check(now, 0);
+        let count = carried_count(self.count, self.limit, limit, proportional);
+        if window == self.window {
+            FixedModel {
+                limit,
+                count,
+                ..*self
+            }
+        } else {
+            FixedModel {
+                limit,
+                window,
+                epoch: now,
+                index: 0,
+                count,
+            }
+        }
+    }
+}
+
+/// A window's count carried to a new limit: as it is, or scaled and rounded up; at most the limit.
+fn carried_count(count: u64, from: u64, to: u64, proportional: bool) -> u64 {
+    let count = if proportional {
+        (count as u128 * to as u128).div_ceil(from as u128) as u64
+    } else {
+        count
+    };
+    count.min(to)
 }
 
 /// The two-window counter by the book, in exact rationals: allowed iff
@@ -239,11 +273,42 @@ impl SlidingModel {
         self.index = k;
         let (w, e) = (self.window as u128, (t % self.window) as u128);
         let weighted = self.previous as u128 * (w - e);
-        let ok = weighted + (self.current + n) as u128 * w <= self.limit as u128 * w;
+        // A peek always passes (after a change the two counts may weigh more than the limit).
+        let ok = n == 0 || weighted + (self.current + n) as u128 * w <= self.limit as u128 * w;
         if ok {
             self.current += n;
         }
         let used = self.current as u128 + weighted.div_ceil(w);
         (ok, (self.limit as u128).saturating_sub(used) as u64)
+    }
+
+    /// The counter after a change to `limit` per `window` at `now` (a limiter built at `now`):
+    /// both counts as of `now`, scaled as [`FixedModel::reconfigured`] scales its count. The grid
+    /// is kept if the window's length is; else a new grid starts at `now`, the current count in
+    /// its first window and the previous count's weight at `now`, `previous × (W - e) / W`
+    /// rounded up, as the previous count (whose weight there is whole).
+    pub fn reconfigured(&mut self, now: u64, limit: u64, window: u64, proportional: bool) -> Self {
+        self.check(now, 0);
+        let carry = |count| carried_count(count, self.limit, limit, proportional);
+        if window == self.window {
+            SlidingModel {
+                limit,
+                previous: carry(self.previous),
+                current: carry(self.current),
+                ..*self
+            }
+        } else {
+            let e = (now - self.epoch) % self.window;
+            let weight = (self.previous as u128 * (self.window - e) as u128)
+                .div_ceil(self.window as u128) as u64;
+            SlidingModel {
+                limit,
+                window,
+                epoch: now,
+                index: 0,
+                previous: carry(weight),
+                current: carry(self.current),
+            }
+        }
     }
 }
