@@ -207,6 +207,29 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         self.word.update(|word| Step::Store(word, word ^ 1))
     }
 
+    /// [`Limiter::retire`], or where `retire` is false (the loom models' twin, as swapping
+    /// limiters behind a lock does) a plain read of the word that leaves it in use.
+    #[cfg(feature = "std")]
+    pub(crate) fn retire_or_read(&self, retired: &AtomicBool, retire: bool) -> u64 {
+        #[cfg(atomic_limiter_loom)]
+        if !retire {
+            return self.word.load();
+        }
+        debug_assert!(retire);
+        self.retire(retired)
+    }
+
+    /// How long until `word` is full, as a peek at `at_ns` would answer: a pure step, nothing
+    /// stored.
+    #[cfg(feature = "std")]
+    pub(crate) fn reset_of(&self, word: u64, at_ns: u64) -> core::time::Duration {
+        let now = self.algorithm.units(at_ns);
+        let answer = match self.step(now, 0, true)(word) {
+            Step::Store(answer, _) | Step::Keep(answer) => answer,
+        };
+        settle(answer.decide(&self.algorithm, now, self.clock.resolution())).reset_after()
+    }
+
     /// Replaces the word of a limiter no other thread can see yet.
     #[cfg(feature = "std")]
     pub(crate) fn set_word(&mut self, word: u64) {

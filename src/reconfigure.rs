@@ -30,6 +30,10 @@ mod reclaim;
 
 #[cfg(feature = "std")]
 pub use self::cell::Reconfigurable;
+#[cfg(feature = "std")]
+mod sharded;
+#[cfg(feature = "std")]
+pub use self::sharded::ReconfigurableSharded;
 
 /// What a limiter's state becomes when its quota changes ([`Reconfigurable::set_quota`]).
 ///
@@ -77,11 +81,198 @@ mod cell {
     use core::time::Duration;
     use std::sync::PoisonError;
 
-    /// One quota's limiter, and whether a reconfiguration has replaced it.
+    /// What a cell holds, and how a change moves its state to the next cell's: one limiter, or a
+    /// sharded one.
+    pub(crate) trait Content: Sized {
+        fn quota(&self) -> Quota;
+
+        /// The most tokens one request may take.
+        fn capacity(&self) -> u32;
+
+        /// A check of `n <= capacity` tokens, or `None` once `retired` is set (the caller moves
+        /// to the cell that replaced this one): every admission it makes lands on a word that no
+        /// change has taken yet.
+        fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision>;
+
+        /// Takes every state word out of use (`retired` set first, then each word changed by a
+        /// CAS), and carries what they held into `new`, which no other thread can see yet.
+        /// `retire` is false only in the loom models' twin, which reads the words instead.
+        fn retire_into(&self, retired: &AtomicBool, new: &mut Self, carry: Carry, retire: bool);
+    }
+
+    impl<A: Retunable, C: Clock> Content for Limiter<A, C> {
+        fn quota(&self) -> Quota {
+            *Limiter::quota(self)
+        }
+
+        #[inline(always)]
+        fn capacity(&self) -> u32 {
+            self.algorithm().capacity()
+        }
+
+        #[inline(always)]
+        fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
+            Limiter::check_live(self, n, retired)
+        }
+
+        fn retire_into(&self, retired: &AtomicBool, new: &mut Self, carry: Carry, retire: bool) {
+            new.algorithm_mut().follow(self.algorithm());
+            let word = self.retire_or_read(retired, retire);
+            let at = self.clock().now();
+            let (from, to) = (self.algorithm(), new.algorithm());
+            let carried = from.carry(word, from.units(at), to, to.units(at), carry);
+            new.set_word(carried);
+        }
+    }
+
+    /// One quota's content, and whether a change has replaced it.
     #[derive(Debug)]
-    pub(super) struct Cell<A, C> {
-        limiter: Limiter<A, C>,
+    pub(crate) struct Cell<T> {
+        content: T,
         retired: AtomicBool,
+    }
+
+    /// The cells of a reconfigurable limiter: the live one, reached through one pointer, and those
+    /// that changes replaced and could not free yet.
+    pub(crate) struct Cells<T> {
+        /// The live cell. Never null; owned by these cells until retired.
+        current: AtomicPtr<Cell<T>>,
+        /// Taken by changes only; holds the cells they replaced until no check can be reading
+        /// them (freed at the end of the change that replaced them, but for a change made from
+        /// inside a check, and always under the loom models).
+        pub(super) writer: Mutex<Vec<*mut Cell<T>>>,
+    }
+
+    // SAFETY: the cells are reached through the pointer only as `&Cell` (shared), and a cell's
+    // content is a limiter, whose shared use from several threads is what it is for when it is
+    // `Send + Sync`; cells are moved to (and freed on) another thread only when `Send`.
+    unsafe impl<T: Send + Sync> Send for Cells<T> {}
+    // SAFETY: as above.
+    unsafe impl<T: Send + Sync> Sync for Cells<T> {}
+
+    impl<T: Content> Cells<T> {
+        pub(crate) fn new(content: T) -> Self {
+            let cell = Box::new(Cell {
+                content,
+                retired: AtomicBool::new(false),
+            });
+            reclaim::prepare();
+            Cells {
+                current: AtomicPtr::new(Box::into_raw(cell)),
+                writer: Mutex::new(Vec::new()),
+            }
+        }
+
+        /// Builds the new content from the live one (its clock, its shard count) with `build` and
+        /// puts it in force, the state carried over as `carry` says; `retire` is false only in
+        /// the loom models' twin.
+        pub(crate) fn replace<E>(
+            &self,
+            build: impl FnOnce(&T) -> Result<T, E>,
+            carry: Carry,
+            retire: bool,
+        ) -> Result<(), E> {
+            let mut retired = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+            let old_ptr = self.current.load(Ordering::Relaxed); // changed under `writer` only
+            // SAFETY: the live cell, which only this (serialised) path retires.
+            let old = unsafe { &*old_ptr };
+            // Built before the old cell is retired, to keep the window that checks wait out short.
+            let mut new = Box::new(Cell {
+                content: build(&old.content)?,
+                retired: AtomicBool::new(false),
+            });
+            old.content
+                .retire_into(&old.retired, &mut new.content, carry, retire);
+            // Release: the new cell, built above, is seen whole by a check that loads the pointer.
+            self.current.store(Box::into_raw(new), Ordering::Release);
+            retired.push(old_ptr);
+            if reclaim::synchronize() {
+                for cell in retired.drain(..) {
+                    // SAFETY: made by `Box::into_raw`, unpublished, and freed once (drained);
+                    // every check that could have loaded it has finished.
+                    drop(unsafe { Box::from_raw(cell) });
+                }
+            }
+            Ok(())
+        }
+
+        /// `n` tokens, all or nothing, on the quota in force; `n = 0` peeks.
+        #[inline(always)]
+        pub(crate) fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+            let _section = reclaim::enter();
+            let mut cell = self.load();
+            loop {
+                InsufficientCapacity::check(n, cell.content.capacity())?;
+                if let Some(decision) = cell.content.check_live(n, &cell.retired) {
+                    return Ok(decision);
+                }
+                cell = self.replacement_of(cell);
+            }
+        }
+
+        /// One token on the quota in force.
+        #[inline(always)]
+        pub(crate) fn check(&self) -> Decision {
+            let _section = reclaim::enter();
+            let mut cell = self.load();
+            loop {
+                // One token is within every quota's burst (a burst is at least 1).
+                if let Some(decision) = cell.content.check_live(1, &cell.retired) {
+                    return decision;
+                }
+                cell = self.replacement_of(cell);
+            }
+        }
+
+        /// The quota in force (by value: it may change right after).
+        pub(crate) fn quota(&self) -> Quota {
+            let _section = reclaim::enter();
+            self.load().content.quota()
+        }
+
+        /// The live cell; the caller holds a `reclaim` section.
+        #[inline(always)]
+        fn load(&self) -> &Cell<T> {
+            // Acquire: pairs with the Release store that published the cell.
+            let cell = self.current.load(Ordering::Acquire);
+            // SAFETY: never null; a cell is freed only after it was unpublished and every check
+            // section open then has ended, and the caller is in one (opened before this load).
+            unsafe { &*cell }
+        }
+
+        /// The cell that replaced `old`: it is published a few instructions after `old` was
+        /// retired, so a check that finds `old` still in place waits for it.
+        #[cold]
+        #[inline(never)]
+        fn replacement_of(&self, old: &Cell<T>) -> &Cell<T> {
+            let backoff = Backoff::new();
+            loop {
+                let cell = self.load();
+                if !core::ptr::eq(cell, old) {
+                    return cell;
+                }
+                backoff.snooze();
+            }
+        }
+    }
+
+    impl<T> Drop for Cells<T> {
+        fn drop(&mut self) {
+            let retired = self
+                .writer
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner);
+            for cell in retired.drain(..) {
+                // SAFETY: made by `Box::into_raw` and unpublished; `&mut self` means no check
+                // is running; drained, so freed once.
+                drop(unsafe { Box::from_raw(cell) });
+            }
+            // Relaxed: `&mut self` is exclusive; nothing else can be storing.
+            let cell = self.current.load(Ordering::Relaxed);
+            // SAFETY: the live cell, made by `Box::into_raw` and owned by these cells; `&mut
+            // self` means no check is running on it.
+            drop(unsafe { Box::from_raw(cell) });
+        }
     }
 
     /// A limiter whose quota can change at run time, from any thread, while others check.
@@ -123,12 +314,7 @@ mod cell {
     /// assert_eq!(tenant.quota().burst(), 10);
     /// ```
     pub struct Reconfigurable<A, C = DefaultClockOrNone> {
-        /// The live cell. Never null; owned by this limiter until retired.
-        current: AtomicPtr<Cell<A, C>>,
-        /// Taken by changes only; holds the cells they replaced until no check can be reading
-        /// them (freed at the end of the change that replaced them, but for a change made from
-        /// inside a check, and always under the loom models).
-        pub(super) writer: Mutex<Vec<*mut Cell<A, C>>>,
+        pub(super) cells: Cells<Limiter<A, C>>,
     }
 
     impl<A, C> core::fmt::Debug for Reconfigurable<A, C> {
@@ -136,13 +322,6 @@ mod cell {
             f.debug_struct("Reconfigurable").finish_non_exhaustive()
         }
     }
-
-    // SAFETY: the cells are reached through the pointer only as `&Cell` (shared), and a cell is
-    // a `Limiter`, whose shared use from several threads is what it is for when `A` and `C` are
-    // `Send + Sync`; cells are moved to (and freed on) another thread only when `Send`.
-    unsafe impl<A: Send + Sync, C: Send + Sync> Send for Reconfigurable<A, C> {}
-    // SAFETY: as above.
-    unsafe impl<A: Send + Sync, C: Send + Sync> Sync for Reconfigurable<A, C> {}
 
     #[cfg(feature = "quanta")]
     impl<A: Retunable + Continuous + 'static> Reconfigurable<A, DefaultClock> {
@@ -172,14 +351,18 @@ mod cell {
     {
         /// A full limiter for `quota` on `clock`.
         pub fn with_clock(quota: Quota, clock: C) -> Self {
-            Reconfigurable::from_limiter(Limiter::continuous(quota, clock))
+            Reconfigurable {
+                cells: Cells::new(Limiter::continuous(quota, clock)),
+            }
         }
 
         /// Changes the quota, carrying the state over as `carry` says. Checks racing the change
         /// are decided on the old quota or the new one, each on its own state; none is lost.
         pub fn set_quota(&self, quota: Quota, carry: Carry) {
-            let build = |clock| Ok::<_, Infallible>(Limiter::continuous(quota, clock));
-            match self.replace(build, carry, true) {
+            let build = |old: &Limiter<A, C>| {
+                Ok::<_, Infallible>(Limiter::continuous(quota, old.clock().clone()))
+            };
+            match self.cells.replace(build, carry, true) {
                 Ok(()) => {}
                 Err(never) => match never {},
             }
@@ -191,8 +374,10 @@ mod cell {
         #[cfg(atomic_limiter_loom)]
         #[doc(hidden)]
         pub fn loom_broken_set_quota(&self, quota: Quota, carry: Carry) {
-            let build = |clock| Ok::<_, Infallible>(Limiter::continuous(quota, clock));
-            match self.replace(build, carry, false) {
+            let build = |old: &Limiter<A, C>| {
+                Ok::<_, Infallible>(Limiter::continuous(quota, old.clock().clone()))
+            };
+            match self.cells.replace(build, carry, false) {
                 Ok(()) => {}
                 Err(never) => match never {},
             }
@@ -214,9 +399,9 @@ mod cell {
         /// [`QuotaError::LimitTooLarge`] if the algorithm cannot serve `quota` (a window's limit
         /// too large for its packed counts).
         pub fn try_with_clock(quota: Quota, clock: C) -> Result<Self, QuotaError> {
-            Ok(Reconfigurable::from_limiter(Limiter::try_with_clock(
-                quota, clock,
-            )?))
+            Ok(Reconfigurable {
+                cells: Cells::new(Limiter::try_with_clock(quota, clock)?),
+            })
         }
 
         /// [`Reconfigurable::set_quota`] for any algorithm: a window's counts carry over (see
@@ -248,65 +433,11 @@ mod cell {
         /// [`QuotaError::LimitTooLarge`] if the algorithm cannot serve `quota`; the quota in
         /// force and its state are then left as they were.
         pub fn try_set_quota(&self, quota: Quota, carry: Carry) -> Result<(), QuotaError> {
-            self.replace(|clock| Limiter::try_with_clock(quota, clock), carry, true)
-        }
-
-        fn from_limiter(limiter: Limiter<A, C>) -> Self {
-            let cell = Box::new(Cell {
-                limiter,
-                retired: AtomicBool::new(false),
-            });
-            reclaim::prepare();
-            Reconfigurable {
-                current: AtomicPtr::new(Box::into_raw(cell)),
-                writer: Mutex::new(Vec::new()),
-            }
-        }
-
-        /// Builds the new quota's limiter on the limiter's clock with `build` and puts it in
-        /// force; `retire` is false only in the loom models' twin.
-        fn replace<E>(
-            &self,
-            build: impl FnOnce(C) -> Result<Limiter<A, C>, E>,
-            carry: Carry,
-            retire: bool,
-        ) -> Result<(), E> {
-            let mut retired = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-            let old_ptr = self.current.load(Ordering::Relaxed); // changed under `writer` only
-            // SAFETY: the live cell, which only this (serialised) path retires.
-            let old = unsafe { &*old_ptr };
-            // Built before the old cell is retired, to keep the window that checks wait out short.
-            let mut new = Box::new(Cell {
-                limiter: build(old.limiter.clock().clone())?,
-                retired: AtomicBool::new(false),
-            });
-            new.limiter.algorithm_mut().follow(old.limiter.algorithm());
-            #[cfg(atomic_limiter_loom)]
-            let word = if retire {
-                old.limiter.retire(&old.retired)
-            } else {
-                old.limiter.loom_state()
-            };
-            #[cfg(not(atomic_limiter_loom))]
-            let word = {
-                debug_assert!(retire);
-                old.limiter.retire(&old.retired)
-            };
-            let at = old.limiter.clock().now();
-            let (from, to) = (old.limiter.algorithm(), new.limiter.algorithm());
-            let carried = from.carry(word, from.units(at), to, to.units(at), carry);
-            new.limiter.set_word(carried);
-            // Release: the new cell, built above, is seen whole by a check that loads the pointer.
-            self.current.store(Box::into_raw(new), Ordering::Release);
-            retired.push(old_ptr);
-            if reclaim::synchronize() {
-                for cell in retired.drain(..) {
-                    // SAFETY: made by `Box::into_raw`, unpublished, and freed once (drained);
-                    // every check that could have loaded it has finished.
-                    drop(unsafe { Box::from_raw(cell) });
-                }
-            }
-            Ok(())
+            self.cells.replace(
+                |old| Limiter::try_with_clock(quota, old.clock().clone()),
+                carry,
+                true,
+            )
         }
 
         /// Asks for `n` tokens, all or nothing, on the quota in force; `n = 0` peeks.
@@ -316,29 +447,13 @@ mod cell {
         /// [`InsufficientCapacity`] if `n` exceeds the burst of the quota in force.
         #[inline(always)]
         pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-            let _section = reclaim::enter();
-            let mut cell = self.load();
-            loop {
-                InsufficientCapacity::check(n, cell.limiter.algorithm().capacity())?;
-                if let Some(decision) = cell.limiter.check_live(n, &cell.retired) {
-                    return Ok(decision);
-                }
-                cell = self.replacement_of(cell);
-            }
+            self.cells.check_n(n)
         }
 
         /// Asks for one token on the quota in force.
         #[inline(always)]
         pub fn check(&self) -> Decision {
-            let _section = reclaim::enter();
-            let mut cell = self.load();
-            loop {
-                // One token is within every quota's burst (a burst is at least 1).
-                if let Some(decision) = cell.limiter.check_live(1, &cell.retired) {
-                    return decision;
-                }
-                cell = self.replacement_of(cell);
-            }
+            self.cells.check()
         }
 
         /// Waits until `n` tokens are granted, sleeping with `sleep` between tries, as
@@ -378,52 +493,7 @@ mod cell {
 
         /// The quota in force (by value: it may change right after).
         pub fn quota(&self) -> Quota {
-            let _section = reclaim::enter();
-            *self.load().limiter.quota()
-        }
-
-        /// The live cell; the caller holds a `reclaim` section.
-        #[inline(always)]
-        fn load(&self) -> &Cell<A, C> {
-            // Acquire: pairs with the Release store that published the cell.
-            let cell = self.current.load(Ordering::Acquire);
-            // SAFETY: never null; a cell is freed only after it was unpublished and every check
-            // section open then has ended, and the caller is in one (opened before this load).
-            unsafe { &*cell }
-        }
-
-        /// The cell that replaced `old`: it is published a few instructions after `old` was
-        /// retired, so a check that finds `old` still in place waits for it.
-        #[cold]
-        #[inline(never)]
-        fn replacement_of(&self, old: &Cell<A, C>) -> &Cell<A, C> {
-            let backoff = Backoff::new();
-            loop {
-                let cell = self.load();
-                if !core::ptr::eq(cell, old) {
-                    return cell;
-                }
-                backoff.snooze();
-            }
-        }
-    }
-
-    impl<A, C> Drop for Reconfigurable<A, C> {
-        fn drop(&mut self) {
-            let retired = self
-                .writer
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner);
-            for cell in retired.drain(..) {
-                // SAFETY: made by `Box::into_raw` and unpublished; `&mut self` means no check
-                // is running; drained, so freed once.
-                drop(unsafe { Box::from_raw(cell) });
-            }
-            // Relaxed: `&mut self` is exclusive; nothing else can be storing.
-            let cell = self.current.load(Ordering::Relaxed);
-            // SAFETY: the live cell, made by `Box::into_raw` and owned by this limiter; `&mut
-            // self` means no check is running on it.
-            drop(unsafe { Box::from_raw(cell) });
+            self.cells.quota()
         }
     }
 }
@@ -518,9 +588,9 @@ mod tests {
         assert!(outer.check().is_allowed());
         assert_eq!(inner.quota(), Quota::per_second(7));
         // Kept: the change ran inside the outer check's section.
-        assert_eq!(inner.writer.lock().unwrap().len(), 1);
+        assert_eq!(inner.cells.writer.lock().unwrap().len(), 1);
         inner.set_quota(Quota::per_second(8), Carry::Debt);
-        assert!(inner.writer.lock().unwrap().is_empty());
+        assert!(inner.cells.writer.lock().unwrap().is_empty());
         let before = drops.load(Relaxed);
         drop(outer);
         assert!(
@@ -569,6 +639,6 @@ mod tests {
             });
         });
         assert_eq!(admitted.load(Relaxed), burst as usize);
-        assert!(limiter.writer.lock().unwrap().is_empty());
+        assert!(limiter.cells.writer.lock().unwrap().is_empty());
     }
 }

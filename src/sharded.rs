@@ -18,8 +18,12 @@ use crate::decision::Decision;
 use crate::decision::{Detail, count32};
 use crate::gcra::Gcra;
 use crate::keyed::limiter::KeyedLimiter;
+use crate::limiter::Limiter;
+use crate::limiter::algorithm::Continuous;
 use crate::quota::Quota;
 use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::reconfigure::Carry;
+use crate::sync::AtomicBool;
 use crate::token_bucket::TokenBucket;
 
 /// One logical quota kept in per-core shards, so that threads on different cores do not bounce one
@@ -81,6 +85,8 @@ use crate::token_bucket::TokenBucket;
 #[derive(Debug)]
 pub struct Sharded<L> {
     shards: Box<[CachePadded<L>]>,
+    /// The shard count asked for (fewer may have been made), for a quota that replaces this one.
+    wanted: usize,
     mask: usize,
     quota: Quota,
     /// The largest share's burst: the most one shard can serve alone.
@@ -128,6 +134,7 @@ pub(crate) fn default_shards() -> usize {
 impl<L: KeyedLimiter> Sharded<L> {
     /// `quota` split over (up to) `shards` shards, each limiter made by `make` from its share.
     pub fn new(quota: Quota, shards: usize, make: impl FnMut(Quota) -> L) -> Sharded<L> {
+        let shards_wanted = shards;
         let shards: Box<[CachePadded<L>]> = split(&quota, shards)
             .into_iter()
             .map(make)
@@ -136,6 +143,7 @@ impl<L: KeyedLimiter> Sharded<L> {
         let max_share = shards.iter().map(|s| s.quota().burst()).max().unwrap_or(1);
         Sharded {
             mask: shards.len() - 1,
+            wanted: shards_wanted,
             shards,
             quota,
             max_share,
@@ -220,7 +228,7 @@ impl<L: KeyedLimiter> Sharded<L> {
                 _ => match check(shard, n) {
                     Ok(d) if d.is_allowed() => return d,
                     Ok(d) => Some(d),
-                    Err(_) => peek(&**shard),
+                    Err(_) => check(shard, 0).ok(),
                 },
             };
             if let Some(d) = d {
@@ -236,7 +244,7 @@ impl<L: KeyedLimiter> Sharded<L> {
         // a larger one when the shards hold it together, worked out only then (the rare case).
         let retry = match seen.soonest_single {
             Some(single) => single,
-            None => self.together_at(u64::from(n), seen.reset),
+            None => self.together_at(u64::from(n), seen.reset, &check),
         };
         Decision::new(
             false,
@@ -252,10 +260,15 @@ impl<L: KeyedLimiter> Sharded<L> {
 
     /// The soonest the shards together hold `n` tokens, from lower bounds on each one's count;
     /// every shard is full at `last_reset`.
-    fn together_at(&self, n: u64, last_reset: u64) -> u64 {
+    fn together_at(
+        &self,
+        n: u64,
+        last_reset: u64,
+        check: &impl Fn(&L, u32) -> Result<Decision, InsufficientCapacity>,
+    ) -> u64 {
         let mut curve = ShardCurve::default();
         for shard in self.shards.iter() {
-            if let Some(d) = peek(&**shard) {
+            if let Ok(d) = check(shard, 0) {
                 curve.add(shard.quota(), duration_ns(d.reset_after()));
             }
         }
@@ -287,7 +300,7 @@ impl<L: KeyedLimiter> Sharded<L> {
         for k in 0..count {
             let i = (home + k) & self.mask;
             let shard = &self.shards[i];
-            let have = peek(&**shard).map_or(0, |d| d.remaining());
+            let have = check(shard, 0).map_or(0, |d| d.remaining());
             let have = u32::try_from(have).unwrap_or(u32::MAX);
             let take = have.min(need);
             let d = match check(shard, take) {
@@ -352,9 +365,91 @@ impl<L: KeyedLimiter> Sharded<L> {
     }
 }
 
-/// A shard's figures without taking anything (zero tokens never exceed a burst: always `Some`).
-fn peek<L: RateLimiter>(shard: &L) -> Option<Decision> {
-    shard.check_n(0).ok()
+impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
+    /// The check of a sharded limiter that a reconfiguration may retire, for `n <= burst`:
+    /// `None` once a shard it asks finds `retired` set (the caller moves to the limiter that
+    /// replaced this one), unless it was admitted meanwhile, on words no change had taken yet. A
+    /// gather interrupted by the change gives back what it took to words the change may already
+    /// have carried over: those tokens count as spent (fewer admissions, never more).
+    #[inline]
+    pub(crate) fn check_n_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
+        let home = home::home_slot() & self.mask;
+        let gone = core::cell::Cell::new(false);
+        let check = |l: &Limiter<A, C>, n: u32| {
+            InsufficientCapacity::check(n, l.quota().burst())?;
+            l.check_live(n, retired).ok_or_else(|| {
+                gone.set(true);
+                InsufficientCapacity {
+                    requested: n,
+                    burst: 0,
+                }
+            })
+        };
+        let d = if n > self.max_share {
+            self.slow(home, n, None, check)
+        } else {
+            match check(&self.shards[home], n) {
+                Ok(d) if d.is_allowed() => return Some(d),
+                _ if gone.get() => return None,
+                local => self.slow(home, n, local.ok(), check),
+            }
+        };
+        (d.is_allowed() || !gone.get()).then_some(d)
+    }
+
+    /// Takes every shard's word out of use (`retired` set first) and carries what they held into
+    /// `new`, which no other thread can see yet; `retire` is false only in the loom models' twin.
+    ///
+    /// With as many shards on both sides, shard `i` carries into shard `i` (each share changes
+    /// as the quota does). Otherwise every new shard takes the emptiest of what each old shard
+    /// carries into it (full again last): never fuller than any old shard was.
+    pub(crate) fn retire_into(
+        &self,
+        retired: &AtomicBool,
+        new: &mut Sharded<Limiter<A, C>>,
+        carry: Carry,
+        retire: bool,
+    ) {
+        let words: Vec<u64> = self
+            .shards
+            .iter()
+            .map(|shard| shard.retire_or_read(retired, retire))
+            .collect();
+        let at = self.shards[0].clock().now();
+        let carried = |from: &Limiter<A, C>, word: u64, to: &Limiter<A, C>| {
+            let (a, b) = (from.algorithm(), to.algorithm());
+            a.carry(word, a.units(at), b, b.units(at), carry)
+        };
+        let same = new.shards.len() == self.shards.len();
+        for (j, to) in new.shards.iter_mut().enumerate() {
+            let word = if same {
+                carried(&self.shards[j], words[j], to)
+            } else {
+                let mut emptiest = (core::time::Duration::ZERO, to.full_word());
+                for (from, &word) in self.shards.iter().zip(words.iter()) {
+                    let word = carried(from, word, to);
+                    let reset = to.reset_of(word, at);
+                    if reset >= emptiest.0 {
+                        emptiest = (reset, word);
+                    }
+                }
+                emptiest.1
+            };
+            to.set_word(word);
+        }
+    }
+
+    /// The quota the shards were asked for and the clock they read, for a quota that replaces
+    /// this one.
+    pub(crate) fn rebuilt(&self, quota: Quota) -> Sharded<Limiter<A, C>>
+    where
+        C: Clone,
+    {
+        let clock = self.shards[0].clock();
+        Sharded::new(quota, self.wanted, |q| {
+            Limiter::continuous(q, clock.clone())
+        })
+    }
 }
 
 /// What the cold path saw of every shard, for a refusal's figures.

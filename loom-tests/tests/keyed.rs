@@ -1,5 +1,6 @@
-//! Models 6 and 11, on `Keyed`: racing first checks on one key share one bucket, and are not told
-//! the table is full by each other.
+//! Models 6, 11 and 14, on `Keyed`: racing first checks on one key share one bucket, and are not
+//! told the table is full by each other; a check racing a change of the table's quota decides on
+//! one quota.
 #![cfg(atomic_limiter_loom)]
 
 mod common;
@@ -178,4 +179,57 @@ fn model_11_the_only_key_that_fits_is_never_refused_as_table_full() {
 #[should_panic(expected = "told the table is full")]
 fn model_11_broken_twin_is_caught() {
     the_only_key_that_fits_is_never_refused_as_table_full(true);
+}
+
+/// Model 14: a check racing `Keyed::set_quota` on a table with one quota. Key 7 is drained at
+/// 1/s with a burst of 2 (its debt is two seconds); the change moves the table to 10/s, burst 2,
+/// carrying the share in use, so the key stays drained (its debt becomes 200 ms). A check racing
+/// the change is refused whichever quota it decides on. The broken twin's fast path trusts the
+/// hint read before the lock: it decides the moved key with the first limiter's parameters on
+/// the new state (200 ms of debt is within the first quota's one-second tolerance) and admits.
+fn a_check_racing_set_quota_decides_on_one_quota(broken: bool) {
+    loom::model(move || {
+        use atomic_limiter::{Carry, Quota};
+        let clock = ManualClock::new();
+        let store = LoomMap::<KeyEntry<L>> {
+            map: Mutex::new(HashMap::new()),
+            broken: false,
+        };
+        let slow = Quota::per_second(1).with_burst(2);
+        let keyed = Arc::new(Keyed::with_store(
+            store,
+            4,
+            KeyQuotas::Every(slow),
+            move |q| Gcra::with_clock(q, clock.clone()),
+        ));
+        assert!(keyed.check_key(&7).is_allowed() && keyed.check_key(&7).is_allowed());
+        let checker = {
+            let keyed = keyed.clone();
+            thread::spawn(move || {
+                if broken {
+                    keyed.loom_unchecked_check_key(&7)
+                } else {
+                    keyed.check_key(&7)
+                }
+            })
+        };
+        let fast = Quota::per_second(10).with_burst(2);
+        assert!(keyed.set_quota(fast, Carry::Proportional));
+        let racing = checker.join().unwrap();
+        assert!(
+            racing.is_denied(),
+            "a drained key admitted while its quota changed"
+        );
+    });
+}
+
+#[test]
+fn model_14_a_check_racing_set_quota_decides_on_one_quota() {
+    a_check_racing_set_quota_decides_on_one_quota(false);
+}
+
+#[test]
+#[should_panic(expected = "a drained key admitted while its quota changed")]
+fn model_14_broken_twin_is_caught() {
+    a_check_racing_set_quota_decides_on_one_quota(true);
 }
