@@ -31,6 +31,10 @@ mod reclaim;
 #[cfg(feature = "std")]
 pub use self::cell::Reconfigurable;
 #[cfg(feature = "std")]
+mod log;
+#[cfg(feature = "std")]
+pub use self::log::ReconfigurableLog;
+#[cfg(feature = "std")]
 mod sharded;
 #[cfg(feature = "std")]
 pub use self::sharded::ReconfigurableSharded;

@@ -178,11 +178,12 @@ proptest! {
 /// Threads check a frozen clock's burst while another changes the quota over and over (to the
 /// same figures, so the carried state must equal the old one exactly): exactly the burst is
 /// admitted, whatever the interleaving. An admission lost in a change (made on a retired cell
-/// after its word was carried) would show as one more. GCRA, 50 rounds; 20 rounds each of the windows (a limit of 1 000 per
-/// second); and a burst of 1 000 over four shards (shard `i` carried into shard `i`, steals from
-/// other shards included; a gather of several tokens that a change interrupts counts what it took
-/// as spent, so only single tokens are held to an exact total). One test, so that the scenarios
-/// do not crowd each other's threads off the two cores this runs on.
+/// after its word was carried) would show as one more. GCRA, 50 rounds; 20 rounds each of the
+/// windows and the exact log (a limit of 1 000 per second), and of a burst of 1 000 over four
+/// shards (shard `i` carried into shard `i`, steals from other shards included; a gather of
+/// several tokens that a change interrupts counts what it took as spent, so only single tokens
+/// are held to an exact total). One test, so that the scenarios do not crowd each other's threads
+/// off the two cores this runs on.
 #[test]
 fn racing_changes_neither_lose_nor_add_admissions() {
     let quota = Quota::per_second(1).with_burst(1_000);
@@ -214,6 +215,12 @@ fn racing_changes_neither_lose_nor_add_admissions() {
             Reconfigurable::<WindowAlgorithm<Sliding>, _>::try_with_clock(quota, ManualClock::new())
                 .unwrap()
         },
+        |l| l.check().is_allowed(),
+        |l, carry| l.try_set_quota(quota, carry).unwrap(),
+    );
+    race_changes(
+        20,
+        || atomic_limiter::ReconfigurableLog::try_with_clock(quota, ManualClock::new()).unwrap(),
         |l| l.check().is_allowed(),
         |l, carry| l.try_set_quota(quota, carry).unwrap(),
     );
@@ -664,5 +671,118 @@ fn sharded_changes_across_shard_counts_keep_what_was_spent() {
         limiter.set_quota(four, carry);
         assert!(limiter.check().is_denied(), "{carry:?}: and back");
         clock.advance(Duration::from_secs(1));
+    }
+}
+
+/// The exact log by the book: admission times, at most `limit` in the last `window` ns.
+struct LogModel {
+    limit: u64,
+    window: u64,
+    times: std::collections::VecDeque<u64>,
+}
+
+impl LogModel {
+    fn new(q: &Quota) -> LogModel {
+        LogModel {
+            limit: q.rate(),
+            window: q.per().as_nanos() as u64,
+            times: Default::default(),
+        }
+    }
+
+    fn roll(&mut self, now: u64) {
+        while self.times.front().is_some_and(|&t| t + self.window <= now) {
+            self.times.pop_front();
+        }
+    }
+
+    fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
+        self.roll(now);
+        let ok = self.times.len() as u64 + n <= self.limit;
+        if ok {
+            self.times.extend(std::iter::repeat_n(now, n as usize));
+        }
+        (ok, self.limit - self.times.len() as u64)
+    }
+
+    /// The log after a change at `now`: the times in the window, the newest as many as the new
+    /// limit holds; or their count scaled to the new limit (rounded up, at most the limit), the
+    /// extra ones at the oldest time.
+    fn change(&mut self, now: u64, q: &Quota, proportional: bool) -> LogModel {
+        self.roll(now);
+        let limit = q.rate();
+        let held = self.times.len() as u64;
+        let target = if proportional {
+            (held * limit).div_ceil(self.limit)
+        } else {
+            held
+        }
+        .min(limit) as usize;
+        let kept: Vec<u64> = self
+            .times
+            .iter()
+            .rev()
+            .take(target)
+            .rev()
+            .copied()
+            .collect();
+        let oldest = kept.first().copied().unwrap_or(0);
+        let mut times: std::collections::VecDeque<u64> =
+            std::iter::repeat_n(oldest, target - kept.len()).collect();
+        times.extend(kept);
+        LogModel {
+            limit,
+            window: q.per().as_nanos() as u64,
+            times,
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)
+    ))]
+
+    /// The exact log through checks and changes (both carries, windows of two lengths): every
+    /// decision and remaining count is the book model's, and after each change no span of the
+    /// window's length holds more admissions than the limit in force.
+    #[test]
+    fn log_changes_match_the_model((quotas, ops) in window_run()) {
+        use atomic_limiter::ReconfigurableLog;
+        let clock = ManualClock::starting_at(1_000_000);
+        let log = ReconfigurableLog::try_with_clock(quotas[0], clock.clone()).unwrap();
+        let mut model = LogModel::new(&quotas[0]);
+        let mut quota = quotas[0];
+        let mut since: Vec<(u64, u64)> = Vec::new();
+        for op in ops {
+            let now = clock.now();
+            match op {
+                Op::Advance(ns) => clock.advance_nanos(ns),
+                Op::Set(i, carry) => {
+                    log.try_set_quota(quotas[i], carry).unwrap();
+                    model = model.change(now, &quotas[i], carry == Carry::Proportional);
+                    quota = quotas[i];
+                    since.clear();
+                    prop_assert_eq!(log.quota(), quota);
+                }
+                Op::Check(n) => {
+                    let d = log.check_n(n);
+                    if u64::from(n) > quota.rate() {
+                        prop_assert!(d.is_err());
+                        continue;
+                    }
+                    let d = d.unwrap();
+                    let (allowed, remaining) = model.check(now, u64::from(n));
+                    prop_assert_eq!(d.is_allowed(), allowed, "at {} for {}", now, n);
+                    prop_assert_eq!(d.remaining(), remaining, "at {} for {}", now, n);
+                    if allowed {
+                        since.push((now, u64::from(n)));
+                    }
+                    let window = quota.per().as_nanos() as u64;
+                    let held: u64 = since.iter().filter(|(t, _)| now - t < window).map(|x| x.1).sum();
+                    prop_assert!(held <= quota.rate(), "{} admitted in one window after a change", held);
+                }
+            }
+        }
     }
 }

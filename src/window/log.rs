@@ -9,6 +9,7 @@ use crate::decision::Decision;
 use crate::decision::{Detail, count32};
 use crate::quota::{Quota, QuotaError};
 use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::sync::{AtomicBool, Ordering};
 
 /// Exact: at most `limit` admissions in **any** span of the window's length. A ring buffer of the
 /// last `limit` admission times behind a mutex.
@@ -109,6 +110,11 @@ impl<C: Clock> SlidingWindowLog<C> {
         })
     }
 
+    /// The clock the log reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
     /// Asks for one admission.
     pub fn check(&self) -> Decision {
         self.run(1)
@@ -125,18 +131,80 @@ impl<C: Clock> SlidingWindowLog<C> {
     }
 
     fn run(&self, n: u32) -> Decision {
-        let n = n as usize;
-        // A panic cannot leave the ring half-updated in a way that over-admits (indices move only
-        // after the writes), so a poisoned lock is still usable.
         let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        self.run_locked(&mut ring, n)
+    }
+
+    /// [`SlidingWindowLog::run`] with the ring locked: the caller holds `ring`.
+    fn run_locked(&self, ring: &mut Ring, n: u32) -> Decision {
+        let n = n as usize;
         // The clock is read under the lock: a reading taken before it could be older than entries
         // another thread has since dropped, and admit on a window that no longer holds.
-        let d = self.decide(&mut ring, self.clock.now(), n);
+        let d = self.decide(ring, self.clock.now(), n);
         if d.is_allowed() || !is_coarse(&self.clock) {
             return d;
         }
         // A denial on a coarse reading: decided again on a fresh one.
-        self.decide(&mut ring, self.clock.now_fresh(), n)
+        self.decide(ring, self.clock.now_fresh(), n)
+    }
+
+    /// The check of a log that a reconfiguration may retire, for `n <= limit`: `None` once
+    /// `retired` is set, which a change does under the ring's lock.
+    #[cfg(feature = "std")]
+    pub(crate) fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
+        // A panic cannot leave the ring half-updated in a way that over-admits (indices move only
+        // after the writes), so a poisoned lock is still usable.
+        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        // Relaxed: set and read under the ring's lock only.
+        if retired.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(self.run_locked(&mut ring, n))
+    }
+
+    /// Takes the log out of use (`retired` set, under its lock) and carries its admission times
+    /// into `new`, which no other thread can see yet: the newest as many as the new limit allows
+    /// are kept as they are ([`Carry::Debt`](crate::Carry::Debt)), or the count in the window is
+    /// scaled to the new limit, rounded up, at most the limit
+    /// ([`Carry::Proportional`](crate::Carry::Proportional); when that is more than the entries
+    /// there are, the extra ones take the oldest entry's time, so they leave the window with it).
+    /// A log decides by its newest `limit` entries alone, so dropping older ones changes nothing.
+    /// `retire` is false only where a model wants the twin that leaves the old log in use.
+    pub(crate) fn retire_into(
+        &self,
+        retired: &AtomicBool,
+        new: &mut SlidingWindowLog<C>,
+        proportional: bool,
+        retire: bool,
+    ) {
+        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        if retire {
+            // Relaxed: read under this lock only.
+            retired.store(true, Ordering::Relaxed);
+        }
+        // Rolled to now as a peek would (entries past the window dropped).
+        let _ = self.decide(&mut ring, self.clock.now(), 0);
+        let held = ring.len as u64;
+        let target = if proportional {
+            (u128::from(held) * u128::from(new.limit)).div_ceil(u128::from(self.limit)) as u64
+        } else {
+            held
+        }
+        .min(new.limit) as usize;
+        let kept = target.min(ring.len);
+        let first = ring.len - kept;
+        let into = new.ring.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let oldest = if kept > 0 { ring.at(first) } else { 0 };
+        for i in 0..target {
+            into.times[i] = if i < target - kept {
+                oldest
+            } else {
+                ring.at(first + i - (target - kept))
+            };
+        }
+        into.head = 0;
+        into.len = target;
+        into.latest = into.latest.max(ring.latest);
     }
 
     /// The decision at `read` for `n <= limit`, with the ring locked. A reading behind the latest
