@@ -17,7 +17,7 @@
 //! | [`Throttle`] | the leaky bucket as a queue: reserve the next slot, learn the wait |
 //! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing and gathering |
 //! | [`Keyed`] | one limiter per key on dashmap, with bounded memory (a full table is told apart) |
-//! | [`Reconfigurable`], [`ReconfigurableSharded`], [`ReconfigurableLog`], [`Carry`] | a limiter (a sharded one, the exact log) whose quota changes at run time, its state carried over |
+//! | [`Reconfigurable`], [`ReconfigurableSharded`], [`ReconfigurableLog`], [`ReconfigurableThrottle`], [`Carry`] | a limiter (a sharded one, the exact log, a throttle) whose quota changes at run time, its state carried over |
 //! | [`Shadow`] | any limiter in shadow mode: decides and counts, lets everything through ([`Decision::shadow`]) |
 //! | [`Decision`] | allowed? remaining, limit, retry-after (also in whole seconds), reset-after |
 //! | [`Wait`], [`WaitError`] | waiting instead of rejecting: [`RateLimiter::wait_n`], [`RateLimiter::until_n_ready_with`] |
@@ -55,7 +55,7 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `std` | yes | [`StdClock`], [`SlidingWindowLog`], [`Sharded`], [`Keyed`], [`Reconfigurable`], [`ReconfigurableSharded`], [`ReconfigurableLog`] |
+//! | `std` | yes | [`StdClock`], [`SlidingWindowLog`], [`Sharded`], [`Keyed`], [`Reconfigurable`], [`ReconfigurableSharded`], [`ReconfigurableLog`], [`ReconfigurableThrottle`] |
 //! | `baseline` | no | the `baseline` module: the textbook mutex limiters, for comparisons |
 //! | `quanta` | yes | [`QuantaClock`] (the default clock) and [`CoarseClock`] |
 //! | `portable-atomic` | no | 64-bit atomics on targets without them |
@@ -118,7 +118,9 @@ pub use quota::{Quota, QuotaError};
 pub use rate_limiter::{InsufficientCapacity, RateLimiter};
 pub use reconfigure::Carry;
 #[cfg(feature = "std")]
-pub use reconfigure::{Reconfigurable, ReconfigurableLog, ReconfigurableSharded};
+pub use reconfigure::{
+    Reconfigurable, ReconfigurableLog, ReconfigurableSharded, ReconfigurableThrottle,
+};
 pub use shadow::Shadow;
 #[cfg(feature = "std")]
 pub use sharded::Sharded;

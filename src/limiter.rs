@@ -199,12 +199,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// finds `retired` set. Returns the last word, with every admission made on it.
     #[cfg(feature = "std")]
     pub(crate) fn retire(&self, retired: &AtomicBool) -> u64 {
-        // Relaxed: published by the fence and the CAS below.
-        retired.store(true, Ordering::Relaxed);
-        // Release: with the Acquire fence in `live`, a check that reads the word the CAS below
-        // writes (or any later one) sees `retired` set.
-        fence(Ordering::Release);
-        self.word.update(|word| Step::Store(word, word ^ 1))
+        retire_word(&self.word, retired)
     }
 
     /// [`Limiter::retire`], or where `retire` is false (the loom models' twin, as swapping
@@ -287,10 +282,26 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     }
 }
 
+/// Takes `word` out of use, for a reconfiguration: `retired` is set, then the word is changed (its
+/// low bit flipped), so that a step that loaded it before fails its CAS and, like every step after,
+/// finds `retired` set ([`live`]). Returns the last word, with every admission made on it.
+#[cfg(feature = "std")]
+pub(crate) fn retire_word(word: &StateCell, retired: &AtomicBool) -> u64 {
+    // Relaxed: published by the fence and the CAS below.
+    retired.store(true, Ordering::Relaxed);
+    // Release: with the Acquire fence in `live`, a step that reads the word the CAS below writes
+    // (or any later one) sees `retired` set.
+    fence(Ordering::Release);
+    word.update(|word| Step::Store(word, word ^ 1))
+}
+
 /// `step`, unless `retired` is set: then the word is left alone and the answer is `None`.
 #[cfg(feature = "std")]
 #[inline(always)]
-fn live<T>(retired: &AtomicBool, step: impl Fn(u64) -> Step<T>) -> impl Fn(u64) -> Step<Option<T>> {
+pub(crate) fn live<T>(
+    retired: &AtomicBool,
+    step: impl Fn(u64) -> Step<T>,
+) -> impl Fn(u64) -> Step<Option<T>> {
     move |word| {
         // Acquire: pairs with the Release fence in `Limiter::retire`; a word its CAS wrote is
         // seen here with `retired` set.

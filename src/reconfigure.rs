@@ -37,7 +37,11 @@ pub use self::log::ReconfigurableLog;
 #[cfg(feature = "std")]
 mod sharded;
 #[cfg(feature = "std")]
+mod throttle;
+#[cfg(feature = "std")]
 pub use self::sharded::ReconfigurableSharded;
+#[cfg(feature = "std")]
+pub use self::throttle::ReconfigurableThrottle;
 
 /// What a limiter's state becomes when its quota changes ([`Reconfigurable::set_quota`]).
 ///
@@ -134,6 +138,9 @@ mod cell {
     pub(crate) struct Cell<T> {
         content: T,
         retired: AtomicBool,
+        /// Which change made it (0: the first cell), for what must go back to the very cell it
+        /// came from (a throttle's reservation).
+        generation: u64,
     }
 
     /// The cells of a reconfigurable limiter: the live one, reached through one pointer, and those
@@ -159,6 +166,7 @@ mod cell {
             let cell = Box::new(Cell {
                 content,
                 retired: AtomicBool::new(false),
+                generation: 0,
             });
             reclaim::prepare();
             Cells {
@@ -184,6 +192,7 @@ mod cell {
             let mut new = Box::new(Cell {
                 content: build(&old.content)?,
                 retired: AtomicBool::new(false),
+                generation: old.generation.wrapping_add(1),
             });
             old.content
                 .retire_into(&old.retired, &mut new.content, carry, retire);
@@ -226,6 +235,35 @@ mod cell {
                 }
                 cell = self.replacement_of(cell);
             }
+        }
+
+        /// `run` on the live cell's content, with its `retired` flag and generation, until it
+        /// answers (`None` means the cell was retired meanwhile: it runs again on the next).
+        #[inline]
+        pub(crate) fn run_live<R>(&self, run: impl Fn(&T, &AtomicBool, u64) -> Option<R>) -> R {
+            let _section = reclaim::enter();
+            let mut cell = self.load();
+            loop {
+                if let Some(answer) = run(&cell.content, &cell.retired, cell.generation) {
+                    return answer;
+                }
+                cell = self.replacement_of(cell);
+            }
+        }
+
+        /// `run` on the live cell's content if it is the cell `generation`; `None` if another
+        /// has replaced it (before or while `run` ran).
+        pub(crate) fn run_on<R>(
+            &self,
+            generation: u64,
+            run: impl FnOnce(&T, &AtomicBool) -> Option<R>,
+        ) -> Option<R> {
+            let _section = reclaim::enter();
+            let cell = self.load();
+            if cell.generation != generation {
+                return None;
+            }
+            run(&cell.content, &cell.retired)
         }
 
         /// The quota in force (by value: it may change right after).

@@ -179,7 +179,8 @@ proptest! {
 /// same figures, so the carried state must equal the old one exactly): exactly the burst is
 /// admitted, whatever the interleaving. An admission lost in a change (made on a retired cell
 /// after its word was carried) would show as one more. GCRA, 50 rounds; 20 rounds each of the
-/// windows and the exact log (a limit of 1 000 per second), and of a burst of 1 000 over four
+/// windows, the exact log and a throttle reserving without waiting (a limit of 1 000 per
+/// second), and of a burst of 1 000 over four
 /// shards (shard `i` carried into shard `i`, steals from other shards included; a gather of
 /// several tokens that a change interrupts counts what it took as spent, so only single tokens
 /// are held to an exact total). One test, so that the scenarios do not crowd each other's threads
@@ -217,6 +218,17 @@ fn racing_changes_neither_lose_nor_add_admissions() {
         },
         |l| l.check().is_allowed(),
         |l, carry| l.try_set_quota(quota, carry).unwrap(),
+    );
+    race_changes(
+        20,
+        || {
+            atomic_limiter::ReconfigurableThrottle::with_clock(
+                quota.with_burst(1_000),
+                ManualClock::new(),
+            )
+        },
+        |l| l.reserve(Duration::ZERO).is_ok(),
+        |l, carry| l.set_quota(quota.with_burst(1_000), carry),
     );
     race_changes(
         20,
@@ -784,5 +796,166 @@ proptest! {
                 }
             }
         }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum ThrottleOp {
+    Advance(u64),
+    /// Reserve `.0` tokens waiting at most `.1` ms.
+    Reserve(u32, u64),
+    /// Give back the latest reservation, if any is held.
+    Refund,
+    Check(u32),
+    Set(usize, Carry),
+}
+
+fn throttle_run() -> impl Strategy<Value = (Vec<Quota>, Vec<ThrottleOp>)> {
+    let quota = (1u64..=1_000, 1u64..=8, 1u32..=6)
+        .prop_filter_map("quota rejected", |(per_ms, rate, burst)| {
+            Quota::try_new(rate, Duration::from_millis(per_ms), burst).ok()
+        });
+    proptest::collection::vec(quota, 2..5).prop_flat_map(|quotas| {
+        let count = quotas.len();
+        let carry = prop_oneof![Just(Carry::Debt), Just(Carry::Proportional)];
+        let op = prop_oneof![
+            3 => (0u64..=300_000_000).prop_map(ThrottleOp::Advance),
+            6 => (0u32..=7, 0u64..=3_000).prop_map(|(n, ms)| ThrottleOp::Reserve(n, ms)),
+            1 => Just(ThrottleOp::Refund),
+            2 => (0u32..=7).prop_map(ThrottleOp::Check),
+            2 => (0..count, carry).prop_map(|(i, c)| ThrottleOp::Set(i, c)),
+        ];
+        (Just(quotas), proptest::collection::vec(op, 1..150))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(512)
+    ))]
+
+    /// A reconfigurable throttle through reservations (some given back), checks and changes:
+    /// since each change, the tokens whose slots fall at or before any instant `t` (checks
+    /// admitted now, reservations at their slot) stay within the new quota's burst plus
+    /// `t - change` at its rate; and no slot granted after a change falls before the queue the
+    /// change carried over would let it (the queue is kept as time).
+    #[test]
+    fn throttle_changes_stay_within_the_quota((quotas, ops) in throttle_run()) {
+        use atomic_limiter::ReconfigurableThrottle;
+        let clock = ManualClock::starting_at(1_000_000);
+        let throttle = ReconfigurableThrottle::with_clock(quotas[0], clock.clone());
+        let (mut quota, mut since) = (quotas[0], clock.now());
+        // Slots granted since the last change: (instant, tokens); the reservations held.
+        let mut slots: Vec<(u64, u64)> = Vec::new();
+        let mut held: Vec<(atomic_limiter::Reservation<'_, ManualClock>, usize)> = Vec::new();
+        for op in ops {
+            let now = clock.now();
+            match op {
+                ThrottleOp::Advance(ns) => clock.advance_nanos(ns),
+                ThrottleOp::Set(i, carry) => {
+                    throttle.set_quota(quotas[i], carry);
+                    (quota, since) = (quotas[i], now);
+                    slots.clear();
+                    prop_assert_eq!(throttle.quota(), quota);
+                    // Made on the replaced quota: they can no longer be given back.
+                    for (r, _) in held.drain(..) {
+                        prop_assert!(!r.refund());
+                    }
+                }
+                ThrottleOp::Reserve(n, ms) => {
+                    if let Ok(r) = throttle.reserve_n(n, Duration::from_millis(ms)) {
+                            prop_assert!(n <= quota.burst());
+                            prop_assert!(r.wait() <= Duration::from_millis(ms));
+                            slots.push((now + r.wait().as_nanos() as u64, u64::from(n)));
+                            held.push((r, slots.len() - 1));
+                    }
+                }
+                ThrottleOp::Refund => {
+                    if let Some((r, index)) = held.pop() {
+                        if r.refund() {
+                            // Only the latest admission goes back; its tokens are free again.
+                            prop_assert_eq!(index, slots.len() - 1);
+                            slots.pop();
+                        }
+                    }
+                }
+                ThrottleOp::Check(n) => {
+                    let d = throttle.check_n(n);
+                    if n > quota.burst() {
+                        prop_assert!(d.is_err());
+                        continue;
+                    }
+                    if d.unwrap().is_allowed() && n > 0 {
+                        slots.push((now, u64::from(n)));
+                    }
+                }
+            }
+            // Every instant a slot falls at: the tokens at or before it within the bound.
+            for &(t, _) in &slots {
+                let upto: u128 = slots.iter().filter(|s| s.0 <= t).map(|s| u128::from(s.1)).sum();
+                prop_assert!(
+                    upto <= Model::admission_bound(&quota, since, t),
+                    "{} tokens by {} since the change at {} to {:?}", upto, t, since, quota
+                );
+            }
+        }
+    }
+}
+
+/// A throttle changed to the very same quota with the debt carried as time keeps its queue
+/// exactly: reservations get the slots a plain throttle gives, and a reservation made before a
+/// change cannot be given back (after it, only reservations made since can).
+#[test]
+fn throttle_changes_to_the_same_quota_keep_the_queue() {
+    use atomic_limiter::{ReconfigurableThrottle, Throttle};
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(10).with_burst(2);
+    let plain = Throttle::with_clock(quota, clock.clone());
+    let tunable = ReconfigurableThrottle::with_clock(quota, clock.clone());
+    let max = Duration::from_secs(2);
+    for round in 0..30u64 {
+        let (a, b) = (plain.reserve(max).unwrap(), tunable.reserve(max).unwrap());
+        assert_eq!(a.wait(), b.wait(), "round {round}");
+        tunable.set_quota(quota, Carry::Debt);
+        assert!(!b.refund(), "made before the change");
+        if round % 3 == 0 {
+            let (a, b) = (plain.reserve(max).unwrap(), tunable.reserve(max).unwrap());
+            assert_eq!(a.wait(), b.wait(), "round {round}");
+            assert!(
+                a.refund() && b.refund(),
+                "the latest, made since the change"
+            );
+        }
+        clock.advance(Duration::from_millis(round * 7 % 150));
+    }
+}
+
+/// A queue of reservations granted past the window is kept as time by either carry: after a
+/// change to a quota five times faster, carried as a share, the next reservation still queues
+/// behind the last one granted (were the queue scaled with the window, it would be served before
+/// reservations already promised, and both would go at once).
+#[test]
+fn a_throttle_keeps_its_queue_through_either_carry() {
+    use atomic_limiter::ReconfigurableThrottle;
+    for carry in [Carry::Debt, Carry::Proportional] {
+        let clock = ManualClock::new();
+        let throttle =
+            ReconfigurableThrottle::with_clock(Quota::per_second(2).with_burst(1), clock);
+        let max = Duration::from_secs(10);
+        let last = (0..6)
+            .map(|_| throttle.reserve(max).unwrap().wait())
+            .last()
+            .unwrap();
+        assert_eq!(last, Duration::from_millis(2_500));
+        throttle.set_quota(Quota::per_second(10).with_burst(1), carry);
+        let next = throttle.reserve(max).unwrap().wait();
+        assert!(
+            next >= Duration::from_secs(3) - Duration::from_millis(400),
+            "{carry:?}: {next:?}"
+        );
+        assert!(
+            next > last,
+            "{carry:?}: {next:?} before the queue's last slot {last:?}"
+        );
     }
 }

@@ -141,6 +141,31 @@ pub(crate) fn carry(
     now_to.wrapping_add(carried.min(bound) as u64)
 }
 
+/// [`carry`] for a throttle, whose TAT may stand past the window by the queue of reservations it
+/// has granted: the queue is kept as time whichever the carry (those reservations go ahead at
+/// their slots, and new ones must queue behind them), and only the part within the window is
+/// carried as a share when `proportional`.
+#[cfg(feature = "std")]
+pub(crate) fn carry_queue(
+    tat: u64,
+    now: u64,
+    from: &GcraParams,
+    now_to: u64,
+    to: &GcraParams,
+    proportional: bool,
+) -> u64 {
+    let (_, ahead) = debt(tat, now);
+    if !proportional || ahead <= from.window {
+        return carry(tat, now, from, now_to, to, proportional);
+    }
+    let within = carry(now.wrapping_add(from.window), now, from, now_to, to, true);
+    let queue =
+        (u128::from(ahead - from.window) * u128::from(to.scale)).div_ceil(u128::from(from.scale));
+    // Within the bound every TAT respects, as in `carry`.
+    let room = u128::from(MAX_QUEUE_UNITS + to.window) - u128::from(within.wrapping_sub(now_to));
+    within.wrapping_add(queue.min(room) as u64)
+}
+
 /// What one step decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {

@@ -2,12 +2,29 @@ use core::time::Duration;
 
 use super::throttle::Throttle;
 use crate::clock::Clock;
+#[cfg(feature = "std")]
+use crate::reconfigure::ReconfigurableThrottle;
+
+/// The throttle a reservation goes back to: a plain one, or the quota in force of a
+/// reconfigurable one when it was made (its cell's generation: a slot of a quota since replaced
+/// cannot go back).
+#[derive(Debug)]
+enum Issuer<'a, C: Clock> {
+    Throttle(&'a Throttle<C>),
+    #[cfg(feature = "std")]
+    Reconfigurable {
+        owner: &'a ReconfigurableThrottle<C>,
+        generation: u64,
+    },
+}
 
 /// A slot taken by [`Throttle::reserve`] or [`Throttle::reserve_n`]: when to go, and the means
 /// to hand the slot back if the work is abandoned before it used it.
 ///
 /// A reservation borrows its throttle, so it can only ever go back to the throttle that made it,
-/// and [`Reservation::refund`] consumes it, so it goes back at most once. Dropping it keeps the
+/// and [`Reservation::refund`] consumes it, so it goes back at most once. A reservation from a
+/// [`ReconfigurableThrottle`](crate::ReconfigurableThrottle) goes back only while the quota it was
+/// made on is in force (after a change its slot is part of the queue the change carried over). Dropping it keeps the
 /// slot (the work went ahead); [`Reservation::refund_on_drop`] turns it into a guard that refunds
 /// unless told the slot was used, for work that can be cancelled (a dropped future).
 ///
@@ -52,7 +69,7 @@ use crate::clock::Clock;
 #[derive(Debug)]
 #[must_use = "a reservation is a slot: wait it out, or refund it"]
 pub struct Reservation<'a, C: Clock> {
-    throttle: &'a Throttle<C>,
+    throttle: Issuer<'a, C>,
     wait: Duration,
     /// The reservation's cost in the throttle's units.
     cost: u64,
@@ -63,7 +80,22 @@ pub struct Reservation<'a, C: Clock> {
 impl<'a, C: Clock> Reservation<'a, C> {
     pub(crate) fn new(throttle: &'a Throttle<C>, wait: Duration, cost: u64, end: u64) -> Self {
         Reservation {
-            throttle,
+            throttle: Issuer::Throttle(throttle),
+            wait,
+            cost,
+            end,
+        }
+    }
+
+    /// A slot of the cell `generation` of a reconfigurable throttle.
+    #[cfg(feature = "std")]
+    pub(crate) fn of_reconfigurable(
+        owner: &'a ReconfigurableThrottle<C>,
+        generation: u64,
+        (wait, cost, end): (Duration, u64, u64),
+    ) -> Self {
+        Reservation {
+            throttle: Issuer::Reconfigurable { owner, generation },
             wait,
             cost,
             end,
@@ -78,7 +110,13 @@ impl<'a, C: Clock> Reservation<'a, C> {
     /// Gives the slot back, if it is still the throttle's latest reservation and its time has not
     /// passed (see the type's docs); returns whether anything was given back.
     pub fn refund(self) -> bool {
-        self.throttle.refund_latest(self.end, self.cost)
+        match self.throttle {
+            Issuer::Throttle(throttle) => throttle.refund_latest(self.end, self.cost),
+            #[cfg(feature = "std")]
+            Issuer::Reconfigurable { owner, generation } => {
+                owner.refund_latest(generation, self.end, self.cost)
+            }
+        }
     }
 
     /// A guard that gives the slot back when dropped, unless [`ReservationGuard::commit`] says it
@@ -91,7 +129,12 @@ impl<'a, C: Clock> Reservation<'a, C> {
     #[cfg(atomic_limiter_loom)]
     #[doc(hidden)]
     pub fn loom_broken_refund(self) -> bool {
-        self.throttle.loom_broken_refund_latest(self.end, self.cost)
+        match self.throttle {
+            Issuer::Throttle(throttle) => throttle.loom_broken_refund_latest(self.end, self.cost),
+            Issuer::Reconfigurable { owner, generation } => {
+                owner.refund_latest(generation, self.end, self.cost)
+            }
+        }
     }
 }
 

@@ -6,9 +6,13 @@ use super::reservation::{Reservation, ReservationGuard};
 use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
 use crate::decision::Decision;
+#[cfg(feature = "std")]
+use crate::limiter::{live, retire_word};
 use crate::quota::Quota;
 use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
 use crate::state_cell::{StateCell, Step};
+#[cfg(feature = "std")]
+use crate::sync::AtomicBool;
 
 /// The leaky bucket as a **queue**: it spaces requests at the quota's pace instead of refusing
 /// them. Each caller reserves the next free slot with one compare-and-swap and learns how long to
@@ -176,6 +180,83 @@ impl<C: Clock> Throttle<C> {
     /// The quota it paces to.
     pub fn quota(&self) -> &Quota {
         &self.quota
+    }
+
+    /// The clock the throttle reads.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// [`Throttle::reserve_n`] on a throttle that a reconfiguration may retire: `None` once
+    /// `retired` is set, else the slot's wait, cost and end (for the reservation to build).
+    #[cfg(feature = "std")]
+    pub(crate) fn reserve_live(
+        &self,
+        n: u32,
+        max_wait: Duration,
+        retired: &AtomicBool,
+    ) -> Option<Result<(Duration, u64, u64), ThrottleError>> {
+        if let Err(e) = self.params.within_burst(n) {
+            return Some(Err(e));
+        }
+        let now = self.params.units(self.clock.now());
+        let max = self.params.queue_limit(max_wait);
+        let answer = self
+            .tat
+            .update(live(retired, self.reserve_step(now, n, max)))?;
+        let cost = u64::from(n) * self.params.token;
+        Some(
+            answer
+                .map(|(wait, end)| (self.params.duration(wait), cost, end))
+                .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait))),
+        )
+    }
+
+    /// [`Throttle::refund_latest`] on a throttle that a reconfiguration may retire: `None` once
+    /// `retired` is set.
+    #[cfg(feature = "std")]
+    pub(crate) fn refund_latest_live(
+        &self,
+        end: u64,
+        cost: u64,
+        retired: &AtomicBool,
+    ) -> Option<bool> {
+        let now = self.params.units(self.clock.now());
+        self.tat
+            .update(live(retired, Self::refund_latest_step(now, end, cost)))
+    }
+
+    /// The check of a throttle that a reconfiguration may retire, for `n <= burst`: `None` once
+    /// `retired` is set.
+    #[cfg(feature = "std")]
+    pub(crate) fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
+        let meter = |now| {
+            self.tat
+                .update(live(retired, |tat| math::meter(tat, now, n, &self.params)))
+        };
+        let mut metered = meter(self.params.units(self.clock.now()))?;
+        if !metered.is_allowed() && is_coarse(&self.clock) {
+            // A denial on a coarse reading: decided again on a fresh one.
+            metered = meter(self.params.units(self.clock.now_fresh()))?;
+        }
+        Some(metered.decision(&self.params, self.clock.resolution()))
+    }
+
+    /// Takes the TAT out of use (`retired` set first, then the word changed by a CAS) and carries
+    /// it into `new`, which no other thread can see yet: the queue of granted reservations is
+    /// kept as time whichever the carry ([`math::carry_queue`]).
+    #[cfg(feature = "std")]
+    pub(crate) fn retire_into(
+        &self,
+        retired: &AtomicBool,
+        new: &mut Throttle<C>,
+        proportional: bool,
+    ) {
+        let tat = retire_word(&self.tat, retired);
+        let at = self.clock.now();
+        let (now, now_to) = (self.params.units(at), new.params.units(at));
+        let carried = math::carry_queue(tat, now, &self.params, now_to, &new.params, proportional);
+        new.tat = StateCell::new(carried);
     }
 
     /// For the loom models' teeth: `reserve_n` with the CAS replaced by a load and a store.

@@ -1,0 +1,176 @@
+//! [`ReconfigurableThrottle`]: a [`Throttle`] whose quota changes at run time.
+
+use core::convert::Infallible;
+use core::time::Duration;
+
+use super::Carry;
+use super::cell::{Cells, Content};
+use crate::clock::Clock;
+#[cfg(feature = "quanta")]
+use crate::clock::DefaultClock;
+use crate::clock::DefaultClockOrNone;
+use crate::decision::Decision;
+use crate::gcra::reservation::{Reservation, ReservationGuard};
+use crate::gcra::throttle::{Throttle, ThrottleError};
+use crate::quota::Quota;
+use crate::rate_limiter::InsufficientCapacity;
+use crate::sync::AtomicBool;
+
+impl<C: Clock> Content for Throttle<C> {
+    fn quota(&self) -> Quota {
+        *Throttle::quota(self)
+    }
+
+    #[inline]
+    fn capacity(&self) -> u32 {
+        Throttle::quota(self).burst()
+    }
+
+    #[inline]
+    fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
+        Throttle::check_live(self, n, retired)
+    }
+
+    fn retire_into(&self, retired: &AtomicBool, new: &mut Self, carry: Carry, retire: bool) {
+        debug_assert!(
+            retire,
+            "no loom model reads a throttle's word instead of retiring it"
+        );
+        let proportional = matches!(carry, Carry::Proportional);
+        Throttle::retire_into(self, retired, new, proportional);
+    }
+}
+
+/// A [`Throttle`] (the leaky bucket as a queue: reservations of future slots) whose quota changes
+/// at run time, from any thread, while others reserve and check.
+///
+/// A change retires the old throttle's next free slot by a CAS and carries it over as
+/// [`Carry`] says, with one difference: the queue of reservations already granted past the
+/// window is kept as time whichever the carry, since those reservations go ahead at their slots
+/// and new ones must queue behind them. A [`Reservation`] made before a change can no longer be
+/// given back ([`Reservation::refund`] answers `false`): its slot is part of the queue the change
+/// carried over.
+///
+/// # Examples
+///
+/// ```
+/// use atomic_limiter::{Carry, ManualClock, Quota, ReconfigurableThrottle};
+/// use std::time::Duration;
+///
+/// let t = ReconfigurableThrottle::with_clock(Quota::per_second(10).with_burst(1), ManualClock::new());
+/// let max = Duration::from_secs(1);
+/// assert_eq!(t.reserve(max).unwrap().wait(), Duration::ZERO);
+/// assert_eq!(t.reserve(max).unwrap().wait(), Duration::from_millis(100));
+/// // Slower: the two granted slots keep their places; the next one queues behind them.
+/// t.set_quota(Quota::per_second(1).with_burst(1), Carry::Debt);
+/// assert_eq!(t.reserve(max).unwrap().wait(), Duration::from_millis(200));
+/// ```
+pub struct ReconfigurableThrottle<C = DefaultClockOrNone> {
+    cells: Cells<Throttle<C>>,
+}
+
+impl<C> core::fmt::Debug for ReconfigurableThrottle<C> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ReconfigurableThrottle")
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "quanta")]
+impl ReconfigurableThrottle<DefaultClock> {
+    /// A throttle for `quota` on the default clock.
+    pub fn new(quota: Quota) -> Self {
+        ReconfigurableThrottle::with_clock(quota, DefaultClock::new())
+    }
+}
+
+impl<C: Clock> ReconfigurableThrottle<C> {
+    /// Gives back the slot ending at `end` if the cell `generation` is still in force and the
+    /// slot is its latest ([`Reservation::refund`]).
+    pub(crate) fn refund_latest(&self, generation: u64, end: u64, cost: u64) -> bool {
+        self.cells
+            .run_on(generation, |t, retired| {
+                t.refund_latest_live(end, cost, retired)
+            })
+            .unwrap_or(false)
+    }
+}
+
+impl<C: Clock + Clone + Send + Sync + 'static> ReconfigurableThrottle<C> {
+    /// A throttle for `quota` on `clock`.
+    pub fn with_clock(quota: Quota, clock: C) -> Self {
+        ReconfigurableThrottle {
+            cells: Cells::new(Throttle::with_clock(quota, clock)),
+        }
+    }
+
+    /// Changes the quota, carrying the next free slot over as `carry` says (the queue of granted
+    /// reservations kept as time).
+    pub fn set_quota(&self, quota: Quota, carry: Carry) {
+        let build = |old: &Throttle<C>| {
+            Ok::<_, Infallible>(Throttle::with_clock(quota, old.clock().clone()))
+        };
+        match self.cells.replace(build, carry, true) {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Throttle::reserve`] on the quota in force.
+    ///
+    /// # Errors
+    ///
+    /// As [`Throttle::reserve`].
+    pub fn reserve(&self, max_wait: Duration) -> Result<Reservation<'_, C>, ThrottleError> {
+        self.reserve_n(1, max_wait)
+    }
+
+    /// [`Throttle::reserve_n`] on the quota in force.
+    ///
+    /// # Errors
+    ///
+    /// As [`Throttle::reserve_n`].
+    pub fn reserve_n(
+        &self,
+        n: u32,
+        max_wait: Duration,
+    ) -> Result<Reservation<'_, C>, ThrottleError> {
+        let (slot, generation) = self.cells.run_live(|t, retired, generation| {
+            t.reserve_live(n, max_wait, retired)
+                .map(|slot| (slot, generation))
+        });
+        Ok(Reservation::of_reconfigurable(self, generation, slot?))
+    }
+
+    /// [`Throttle::reserve_guarded`] on the quota in force.
+    ///
+    /// # Errors
+    ///
+    /// As [`Throttle::reserve_n`].
+    pub fn reserve_guarded(
+        &self,
+        n: u32,
+        max_wait: Duration,
+    ) -> Result<ReservationGuard<'_, C>, ThrottleError> {
+        Ok(self.reserve_n(n, max_wait)?.refund_on_drop())
+    }
+
+    /// Asks for one token now, without queueing.
+    pub fn check(&self) -> Decision {
+        self.cells.check()
+    }
+
+    /// Asks for `n` tokens now, without queueing; `n = 0` peeks.
+    ///
+    /// # Errors
+    ///
+    /// [`InsufficientCapacity`] if `n` exceeds the burst in force.
+    pub fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        self.cells.check_n(n)
+    }
+
+    /// The quota in force (by value: it may change right after).
+    pub fn quota(&self) -> Quota {
+        self.cells.quota()
+    }
+}
