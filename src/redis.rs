@@ -293,6 +293,11 @@ pub enum RedisConfigError {
         /// The limit's name.
         limit: String,
     },
+    /// No limit has this name ([`RedisGcra::set_quota`]).
+    UnknownLimit {
+        /// The name asked for.
+        limit: String,
+    },
 }
 
 impl fmt::Display for RedisConfigError {
@@ -302,6 +307,7 @@ impl fmt::Display for RedisConfigError {
             RedisConfigError::DuplicateLimit { limit } => {
                 write!(f, "two limits are named `{limit}`")
             }
+            RedisConfigError::UnknownLimit { limit } => write!(f, "no limit is named `{limit}`"),
             RedisConfigError::WindowTooLong { limit } => write!(
                 f,
                 "limit `{limit}`: a full burst spans more time than the script keeps exact (26 days at most)"

@@ -103,6 +103,58 @@ fn decisions_carry_the_figures_a_429_needs() {
     });
 }
 
+/// A quota changed at run time carries what was spent over as time, on the server: a subject that
+/// spent a burst of 5 (one token an hour) gets exactly 5 more under a burst of 10, none under a
+/// burst of 3, and the debt keeps its instant across quotas whose periods are kept in different
+/// units (7 an hour is 3600/7 s, a fraction). Clones share the change; an unknown limit or a
+/// window past the script's range is refused with the quota left as it was.
+#[test]
+fn a_quota_changed_at_run_time_carries_the_debt_as_time() {
+    let _one_at_a_time = timed();
+    let Some(server) = RedisServer::start("a_quota_changed_at_run_time_carries_the_debt_as_time")
+    else {
+        return;
+    };
+    runtime().block_on(async {
+        let hourly = |n, burst| Quota::try_new(n, Duration::from_secs(3600), burst).unwrap();
+        let l = limiter(&server.url(), hourly(1, 5), RedisOptions::default()).await;
+        let other = l.clone();
+        let admitted = |l: RedisGcra, n| async move {
+            let mut k = 0;
+            for _ in 0..n {
+                k += usize::from(l.check("alice").await.is_allowed());
+            }
+            k
+        };
+        assert_eq!(admitted(l.clone(), 8).await, 5);
+        other.set_quota("q", hourly(1, 10)).unwrap();
+        assert_eq!(
+            admitted(l.clone(), 8).await,
+            5,
+            "five more: the debt is five hours"
+        );
+        l.set_quota("q", hourly(1, 3)).unwrap();
+        let d = l.check("alice").await;
+        assert!(d.is_denied() && d.limit() == 3, "{d:?}");
+        // Ten hours of debt, three of tolerance: the next token in seven hours and then some.
+        let wait = d.retry_after().as_secs_f64() / 3600.0;
+        assert!((7.99..=8.0).contains(&wait), "{d:?}");
+        // Into units of 1/7000 µs and back: the instant is kept to the microsecond.
+        l.set_quota("q", hourly(7, 21)).unwrap();
+        let seven = l.check_n("alice", 0).await.unwrap();
+        l.set_quota("q", hourly(1, 3)).unwrap();
+        let back = l.check("alice").await;
+        let drift = back.reset_after().abs_diff(d.reset_after());
+        assert!(drift <= Duration::from_millis(50), "{d:?} then {back:?}");
+        assert!(seven.reset_after().abs_diff(d.reset_after()) <= Duration::from_millis(50));
+        // Refused changes leave the quota as it was.
+        assert!(l.set_quota("nope", hourly(1, 1)).is_err());
+        let month = Quota::with_period(Duration::from_secs(30 * 86_400)).with_burst(2);
+        assert!(l.set_quota("q", month).is_err());
+        assert_eq!(l.check("alice").await.limit(), 3);
+    });
+}
+
 #[test]
 fn several_limits_are_checked_together_in_one_slot() {
     let _one_at_a_time = timed();

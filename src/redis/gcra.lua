@@ -7,8 +7,12 @@
 --
 -- Lua numbers are doubles, so every quantity is kept an exact integer below 2^53: the clock is
 -- whole microseconds since the Unix epoch (about 2^51 today); the TAT is stored as two doubles,
--- whole microseconds and a remainder in units, packed in 16 bytes; and every difference (debt,
--- cost, window) is in units, below 2^52 because the caller keeps each window below 2^51 units.
+-- whole microseconds and a remainder in units, packed with the units' denom in 24 bytes (16 bytes,
+-- without the denom, as earlier versions wrote: the denom is then this call's); and every
+-- difference (debt, cost, window) is in units, below 2^52 because the caller keeps each window
+-- below 2^51 units. A TAT written under another quota (another denom) keeps its instant: its
+-- remainder is rescaled to this call's units, rounded up, so a quota changed at run time carries
+-- the debt over as time.
 -- Integer division of such numbers is exact: floor(a / b) for a, b < 2^53 is never off by one.
 --
 -- Reply: { allowed (1 or 0; 2 when n exceeds a limit's burst), granted, remaining, retry_us
@@ -37,8 +41,20 @@ for i = 1, count do
   -- A TAT at or behind now is a full limit: new debt starts from now.
   local ahead, base_us, base_rem = 0, now, 0
   local stored = redis.call('GET', KEYS[i])
-  if stored and #stored == 16 then
-    local us, rem = struct.unpack('dd', stored)
+  if stored and (#stored == 16 or #stored == 24) then
+    local us, rem, from = 0, 0, d
+    if #stored == 24 then
+      us, rem, from = struct.unpack('ddd', stored)
+    else
+      us, rem = struct.unpack('dd', stored)
+    end
+    if from ~= d and from > 0 then
+      -- rem < from <= 128000 and d <= 128000: the product is exact.
+      rem = math.floor((rem * d + from - 1) / from)
+      if rem >= d then
+        us, rem = us + 1, rem - d
+      end
+    end
     local du = us - now
     if du > 0 or (du == 0 and rem > 0) then
       -- Further ahead than any write leaves, unless the server's clock stepped back by weeks:
@@ -86,7 +102,7 @@ for i = 1, count do
       local rem = L[o] + take * token
       local carry = math.floor(rem / d)
       local ms = d * 1000
-      redis.call('SET', KEYS[i], struct.pack('dd', L[o - 1] + carry, rem - carry * d),
+      redis.call('SET', KEYS[i], struct.pack('ddd', L[o - 1] + carry, rem - carry * d, d),
         'PX', math.floor((after + ms - 1) / ms))
     end
     if window > after then left = math.floor((window - after) / token) end

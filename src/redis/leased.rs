@@ -80,7 +80,8 @@ struct Inner {
     word: StateCell,
     ttl_ns: u64,
     max_lease: u32,
-    limit: u32,
+    /// The smallest burst of the remote's limits, as last read (at each refill).
+    limit: AtomicU64,
     /// Refill when a spend leaves this many tokens or fewer.
     low_water: AtomicU64,
     /// The store refused a lease: refuse locally until this reading (0: no refusal cached).
@@ -148,7 +149,7 @@ impl Leased {
         };
         Leased {
             inner: Arc::new(Inner {
-                limit: remote.burst(),
+                limit: AtomicU64::new(u64::from(remote.burst())),
                 subject: subject.into(),
                 clock: DefaultClock::default(),
                 word: StateCell::new(0),
@@ -167,6 +168,12 @@ impl Leased {
                 remote,
             }),
         }
+    }
+
+    /// The smallest burst of the remote's limits, as last read.
+    fn limit(&self) -> u32 {
+        // Relaxed: a figure, stored from a `u32`.
+        self.inner.limit.load(Ordering::Relaxed) as u32
     }
 
     /// Checks one request, waiting for a lease when this node has none.
@@ -207,14 +214,7 @@ impl Leased {
             // The store had fewer than `n` tokens to give: refuse for one period a token.
             None => {
                 let retry_us = self.inner.remote.period_ns().div_ceil(1000);
-                script::decision(
-                    false,
-                    0,
-                    retry_us.max(1),
-                    0,
-                    self.inner.limit,
-                    DecidedBy::Store,
-                )
+                script::decision(false, 0, retry_us.max(1), 0, self.limit(), DecidedBy::Store)
             }
         })
     }
@@ -245,7 +245,7 @@ impl Leased {
 
     /// The most tokens one check may ask for.
     pub(crate) fn max_cost(&self) -> u32 {
-        self.inner.limit.min(lease::MAX_TOKENS)
+        self.limit().min(lease::MAX_TOKENS)
     }
 
     /// Leases asked of the store so far.
@@ -272,7 +272,7 @@ impl Leased {
             left,
             retry_ns.div_ceil(1000),
             reset_ns.div_ceil(1000),
-            self.inner.limit,
+            self.limit(),
             DecidedBy::Lease,
         )
     }
@@ -297,7 +297,7 @@ impl Leased {
         }
         Some(failure_decision(
             inner.remote.policy(),
-            inner.limit,
+            inner.limit.load(Ordering::Relaxed) as u32,
             inner.remote.options().cooldown_ns(),
             || inner.share.as_ref().map(|share| share.check_n(n)),
         ))
@@ -353,8 +353,12 @@ impl Leased {
             inner.failing.store(1, Ordering::Relaxed);
             return;
         };
-        // Relaxed (these three): figures and hints read by the hot path, each on its own.
+        // Relaxed (these four): figures and hints read by the hot path, each on its own. The
+        // burst is read again: the remote's quota may have changed (`RedisGcra::set_quota`).
         inner.failing.store(0, Ordering::Relaxed);
+        inner
+            .limit
+            .store(u64::from(inner.remote.burst()), Ordering::Relaxed);
         inner
             .reset_at
             .store(now.saturating_add(grant.reset_ns), Ordering::Relaxed);

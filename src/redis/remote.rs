@@ -4,6 +4,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::time::Duration;
+use std::sync::{PoisonError, RwLock};
 
 use super::breaker::{Breaker, Permit, ProbeGuard};
 use super::script::{Mode, Reply, ScriptQuota};
@@ -35,7 +36,10 @@ struct Inner {
     store: RedisStore,
     script: redis::Script,
     prefix: String,
-    limits: Vec<Limit>,
+    /// The limits in force: each call reads them once and decides on that one set, so a change
+    /// ([`RedisGcra::set_quota`]) applies from the next call on. The lock is held only to clone
+    /// or replace the `Arc`, beside a round trip to the store.
+    limits: RwLock<Arc<[Limit]>>,
     options: RedisOptions,
     breaker: Breaker,
     clock: DefaultClock,
@@ -43,7 +47,7 @@ struct Inner {
     local: Option<Keyed<String, Gcra>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Limit {
     name: String,
     quota: Quota,
@@ -112,7 +116,7 @@ impl RedisGcra {
                 script: redis::Script::new(script::SOURCE),
                 prefix: prefix.into(),
                 breaker: Breaker::new(options.failures_to_open, options.cooldown_ns()),
-                limits,
+                limits: RwLock::new(limits.into()),
                 options,
                 clock: DefaultClock::default(),
                 local,
@@ -139,20 +143,64 @@ impl RedisGcra {
 
     /// [`RedisGcra::check_n`], before it is counted.
     async fn decide_n(&self, subject: &str, n: u32) -> Result<Decision, InsufficientCapacity> {
-        for l in &self.inner.limits {
+        let limits = self.limits();
+        for l in limits.iter() {
             InsufficientCapacity::check(n, l.quota.burst())?;
         }
-        match self.call(subject, n, Mode::AllOrNothing).await {
-            Ok(reply) => self.decided(reply, n),
+        match self.call(subject, n, Mode::AllOrNothing, &limits).await {
+            Ok(reply) => decided(reply, n, &limits),
             Err(e) => Ok(self.on_failure(subject, n, &e)),
         }
+    }
+
+    /// Changes the quota of the limit named `limit` from the next call on (calls under way
+    /// decide on the quota they started with). The state on the server is the instant each
+    /// subject's limit is full again, so what was spent carries over as time, as
+    /// [`Carry::Debt`](crate::Carry::Debt) does locally: a subject that spent its burst waits as
+    /// long as it would have; a debt past a smaller new burst is kept. A [`Leased`](crate::redis::Leased)
+    /// node takes the new quota up at its next refill. Every node changes its own limiter: nodes
+    /// that disagree decide each call on the quota they hold, on the one shared state.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisConfigError::UnknownLimit`] if no limit has that name;
+    /// [`RedisConfigError::WindowTooLong`] if the script cannot keep `quota` exact. The limits in
+    /// force are then left as they were.
+    pub fn set_quota(&self, limit: &str, quota: Quota) -> Result<(), RedisConfigError> {
+        let script = ScriptQuota::new(&quota).ok_or_else(|| RedisConfigError::WindowTooLong {
+            limit: limit.into(),
+        })?;
+        let mut limits = self
+            .inner
+            .limits
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut next: Vec<Limit> = limits.to_vec();
+        let Some(changed) = next.iter_mut().find(|l| l.name == limit) else {
+            return Err(RedisConfigError::UnknownLimit {
+                limit: limit.into(),
+            });
+        };
+        (changed.quota, changed.script) = (quota, script);
+        *limits = next.into();
+        Ok(())
+    }
+
+    /// The limits in force, as one call decides on them.
+    fn limits(&self) -> Arc<[Limit]> {
+        self.inner
+            .limits
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Like [`RedisGcra::check_n`], without the failure policy: the store's decision, or why
     /// there is none.
     pub async fn try_check_n(&self, subject: &str, n: u32) -> Result<Decision, StoreError> {
-        let reply = self.call(subject, n, Mode::AllOrNothing).await?;
-        self.decided(reply, n).map_err(|_| StoreError::BadReply)
+        let limits = self.limits();
+        let reply = self.call(subject, n, Mode::AllOrNothing, &limits).await?;
+        decided(reply, n, &limits).map_err(|_| StoreError::BadReply)
     }
 
     /// The key that holds `subject`'s state for the limit named `limit`.
@@ -176,15 +224,14 @@ impl RedisGcra {
     /// The quota, when there is just one limit.
     #[cfg(feature = "tower")]
     pub(crate) fn single_quota(&self) -> Option<Quota> {
-        match self.inner.limits.as_slice() {
+        match &*self.limits() {
             [one] => Some(one.quota),
             _ => None,
         }
     }
 
     pub(crate) fn burst(&self) -> u32 {
-        self.inner
-            .limits
+        self.limits()
             .iter()
             .map(|l| l.quota.burst())
             .min()
@@ -193,8 +240,7 @@ impl RedisGcra {
 
     /// The longest period of the limits, in ns: the time one token takes to return.
     pub(crate) fn period_ns(&self) -> u64 {
-        self.inner
-            .limits
+        self.limits()
             .iter()
             .map(|l| u64::try_from(l.quota.period().as_nanos()).unwrap_or(u64::MAX))
             .max()
@@ -203,7 +249,7 @@ impl RedisGcra {
 
     /// Takes up to `n` tokens for `subject` (the lease's refill).
     pub(crate) async fn grant(&self, subject: &str, n: u32) -> Result<Grant, StoreError> {
-        match self.call(subject, n, Mode::UpTo).await? {
+        match self.call(subject, n, Mode::UpTo, &self.limits()).await? {
             Reply::Decided {
                 granted,
                 remaining,
@@ -247,32 +293,14 @@ impl RedisGcra {
         self.inner.options.policy
     }
 
-    fn decided(&self, reply: Reply, n: u32) -> Result<Decision, InsufficientCapacity> {
-        match reply {
-            Reply::Decided {
-                allowed,
-                remaining,
-                retry_us,
-                reset_us,
-                binding,
-                ..
-            } => Ok(script::decision(
-                allowed,
-                remaining,
-                retry_us,
-                reset_us,
-                self.inner.limits[binding].quota.burst(),
-                DecidedBy::Store,
-            )),
-            Reply::OverBurst { limit } => Err(InsufficientCapacity {
-                requested: n,
-                burst: self.inner.limits[limit].quota.burst(),
-            }),
-        }
-    }
-
-    /// One call to the store, through the breaker, within the deadline.
-    async fn call(&self, subject: &str, n: u32, mode: Mode) -> Result<Reply, StoreError> {
+    /// One call to the store, through the breaker, within the deadline, on `limits`.
+    async fn call(
+        &self,
+        subject: &str,
+        n: u32,
+        mode: Mode,
+        limits: &[Limit],
+    ) -> Result<Reply, StoreError> {
         let inner = &*self.inner;
         let start = inner.clock.now();
         let permit = inner.breaker.admit(start);
@@ -286,18 +314,18 @@ impl RedisGcra {
         // Reports a probe cancelled mid-call as a failure.
         let guard = ProbeGuard::new(&inner.breaker, permit, start);
         let mut call = inner.script.prepare_invoke();
-        for l in &inner.limits {
+        for l in limits {
             call.key(self.key(subject, &l.name));
         }
         call.arg(mode as u8).arg(n);
-        for l in &inner.limits {
+        for l in limits {
             for a in l.script.args() {
                 call.arg(a);
             }
         }
         let answer = tokio::time::timeout(inner.options.deadline, inner.store.invoke(&call)).await;
         let result = match answer {
-            Ok(Ok(values)) => Reply::parse(&values, inner.limits.len()).ok_or(StoreError::BadReply),
+            Ok(Ok(values)) => Reply::parse(&values, limits.len()).ok_or(StoreError::BadReply),
             Ok(Err(e)) => Err(StoreError::Redis(e)),
             Err(_) => Err(StoreError::Timeout(inner.options.deadline)),
         };
@@ -306,5 +334,30 @@ impl RedisGcra {
             inner.options.count_failure(e);
         }
         result
+    }
+}
+
+/// The decision of the store's reply to a call for `n` tokens made on `limits`.
+fn decided(reply: Reply, n: u32, limits: &[Limit]) -> Result<Decision, InsufficientCapacity> {
+    match reply {
+        Reply::Decided {
+            allowed,
+            remaining,
+            retry_us,
+            reset_us,
+            binding,
+            ..
+        } => Ok(script::decision(
+            allowed,
+            remaining,
+            retry_us,
+            reset_us,
+            limits[binding].quota.burst(),
+            DecidedBy::Store,
+        )),
+        Reply::OverBurst { limit } => Err(InsufficientCapacity {
+            requested: n,
+            burst: limits[limit].quota.burst(),
+        }),
     }
 }

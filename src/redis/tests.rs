@@ -112,6 +112,50 @@ proptest! {
         }
     }
 
+    /// Quotas changed between calls (the script told the new quota, its stored TAT written under
+    /// the old one, in other units when the periods' fractions differ) decide as a local
+    /// reconfigurable GCRA carrying the debt as time: every decision and figure agrees, at
+    /// microsecond readings. Reading the old remainder as if in the new units fails it.
+    #[test]
+    fn a_changed_quota_decides_as_the_local_reconfigurable_gcra(
+        quotas in prop::collection::vec(quota(), 2..4),
+        steps in prop::collection::vec((0u64..400_000, 0u32..45, 0u8..10), 1..60),
+    ) {
+        use crate::algorithm::GcraAlgorithm;
+        use crate::{Carry, Reconfigurable};
+        let source = script::source_with_now_from_args();
+        let test = "a_changed_quota_decides_as_the_local_reconfigurable_gcra";
+        let Some(mut f) = Fixture::start(test, &source, &quotas[0]) else {
+            return Ok(());
+        };
+        let clock = ManualClock::new();
+        let local: Reconfigurable<GcraAlgorithm, ManualClock> =
+            Reconfigurable::with_clock(quotas[0], clock.clone());
+        let mut t_us = 0u64;
+        for (i, &(advance, n, kind)) in steps.iter().enumerate() {
+            t_us += if kind < 5 { advance % 50 } else { advance };
+            clock.set(t_us * 1000);
+            if kind >= 8 {
+                let q = quotas[usize::from(kind) % quotas.len()];
+                f.quota = ScriptQuota::new(&q).unwrap();
+                local.set_quota(q, Carry::Debt);
+                continue;
+            }
+            let reply = f.call("k", Mode::AllOrNothing, n, Some(EPOCH_US + t_us));
+            match local.check_n(n) {
+                Err(e) => prop_assert_eq!(reply, Reply::OverBurst { limit: 0 }, "step {}: {}", i, e),
+                Ok(d) => {
+                    let Reply::Decided { allowed, remaining, retry_us, reset_us, .. } = reply else {
+                        return Err(TestCaseError::fail(format!("step {i}: {reply:?}, local {d:?}")));
+                    };
+                    let got = (allowed, remaining as u64, retry_us, reset_us);
+                    let want = (d.is_allowed(), d.remaining(), ceil_us(d.retry_after()), ceil_us(d.reset_after()));
+                    prop_assert_eq!(got, want, "step {} (n = {}, t = {} us)", i, n, t_us);
+                }
+            }
+        }
+    }
+
     /// The grant-up-to mode gives what the local GCRA would admit one token at a time, and no more.
     #[test]
     fn grant_up_to_takes_what_fits(
@@ -163,4 +207,52 @@ fn an_idle_subject_expires_when_full_again() {
     f.call("idle", Mode::AllOrNothing, 0, None);
     let after: Vec<u8> = redis::cmd("GET").arg("idle").query(&mut f.con).unwrap();
     assert_eq!(before, after);
+}
+
+/// A TAT written under a quota whose units are 1/7000 µs (7 per ms), read under one whose units
+/// are 1/1000 µs (1 per ms): its remainder is rescaled, rounded up, so the debt keeps its instant
+/// (three tokens of 142.857 µs: 428.572 µs, as the local reconfigurable GCRA has it), and a TAT
+/// in the earlier 16-byte form still reads. Reading the old remainder as new units puts the
+/// reset at 432 µs instead of 429.
+#[test]
+fn a_tat_written_under_other_units_keeps_its_instant() {
+    use crate::algorithm::GcraAlgorithm;
+    use crate::{Carry, Reconfigurable};
+    let sevens = Quota::try_new(7, Duration::from_millis(1), 10).unwrap();
+    let ones = Quota::try_new(1, Duration::from_millis(1), 10).unwrap();
+    let source = script::source_with_now_from_args();
+    let test = "a_tat_written_under_other_units_keeps_its_instant";
+    let Some(mut f) = Fixture::start(test, &source, &sevens) else {
+        return;
+    };
+    let clock = ManualClock::new();
+    let local: Reconfigurable<GcraAlgorithm, ManualClock> =
+        Reconfigurable::with_clock(sevens, clock.clone());
+    assert!(matches!(
+        f.call("k", Mode::AllOrNothing, 3, Some(EPOCH_US)),
+        Reply::Decided { allowed: true, .. }
+    ));
+    assert!(local.check_n(3).unwrap().is_allowed());
+    f.quota = ScriptQuota::new(&ones).unwrap();
+    local.set_quota(ones, Carry::Debt);
+    let Reply::Decided { reset_us, .. } = f.call("k", Mode::AllOrNothing, 0, Some(EPOCH_US)) else {
+        panic!("a decision");
+    };
+    let want = ceil_us(local.check_n(0).unwrap().reset_after());
+    assert_eq!((reset_us, want), (429, 429));
+    // The earlier form, 16 bytes with no units: read in this call's units.
+    let old: Vec<u8> = [(EPOCH_US + 500) as f64, 0.0]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let () = redis::cmd("SET")
+        .arg("old")
+        .arg(old)
+        .query(&mut f.con)
+        .unwrap();
+    let Reply::Decided { reset_us, .. } = f.call("old", Mode::AllOrNothing, 0, Some(EPOCH_US))
+    else {
+        panic!("a decision");
+    };
+    assert_eq!(reset_us, 500);
 }
