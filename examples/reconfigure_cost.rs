@@ -1,0 +1,157 @@
+//! What being reconfigurable costs a check: each reconfigurable limiter against its plain form,
+//! on the allow path and on the deny path, measured alternately in one run (medians of the
+//! repetitions, and their ratio).
+//!
+//! `cargo run --release --example reconfigure_cost` (add `-- --quick` for fewer repetitions).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use atomic_limiter::algorithm::{
+    Fixed, GcraAlgorithm, Sliding, TokenBucketAlgorithm, WindowAlgorithm,
+};
+use atomic_limiter::{
+    Decision, FixedWindow, Gcra, QuantaClock, Quota, Reconfigurable, ReconfigurableLog,
+    ReconfigurableSharded, ReconfigurableThrottle, Sharded, SlidingWindowCounter, SlidingWindowLog,
+    Throttle, TokenBucket,
+};
+
+/// ns per check of `check`, run `iters` times.
+fn time(iters: u64, check: &impl Fn() -> Decision) -> f64 {
+    let start = Instant::now();
+    let mut ok = 0u64;
+    for _ in 0..iters {
+        ok += u64::from(black_box(check()).is_allowed());
+    }
+    black_box(ok);
+    start.elapsed().as_nanos() as f64 / iters as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Times `plain` and `tunable` alternately, `reps` times each; prints both medians and the ratio.
+fn pair(name: &str, reps: usize, plain: &impl Fn() -> Decision, tunable: &impl Fn() -> Decision) {
+    let iters = 2_000_000;
+    let (_, _) = (time(iters / 10, plain), time(iters / 10, tunable));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        a.push(time(iters, plain));
+        b.push(time(iters, tunable));
+    }
+    let (a, b) = (median(a), median(b));
+    println!("  {name:<34} {a:>7.2} ns  {b:>7.2} ns  {:>5.2}x", b / a);
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let reps = if quick { 5 } else { 15 };
+    // Nothing is refused at a billion a second; one an hour is refused after the first.
+    let open = Quota::per_second(1_000_000_000);
+    let shut = Quota::per_hour(1).with_burst(1);
+    println!(
+        "What being reconfigurable costs a check (median ns per check; ratio: reconfigurable / plain)"
+    );
+    println!(
+        "  {:<34} {:>10}  {:>10}  {:>6}",
+        "limiter, path", "plain", "reconf.", "ratio"
+    );
+    for (path, q) in [("allow", open), ("deny", shut)] {
+        let clock = QuantaClock::new();
+        let plain = Gcra::with_clock(q, clock.clone());
+        let tunable: Reconfigurable<GcraAlgorithm, _> =
+            Reconfigurable::with_clock(q, clock.clone());
+        let _ = (plain.check(), tunable.check());
+        pair(&format!("Gcra, {path}"), reps, &|| plain.check(), &|| {
+            tunable.check()
+        });
+
+        let plain = TokenBucket::with_clock(q, clock.clone());
+        let tunable: Reconfigurable<TokenBucketAlgorithm, _> =
+            Reconfigurable::with_clock(q, clock.clone());
+        let _ = (plain.check(), tunable.check());
+        pair(
+            &format!("TokenBucket, {path}"),
+            reps,
+            &|| plain.check(),
+            &|| tunable.check(),
+        );
+
+        let w = if path == "allow" {
+            Quota::per_second(1_000_000_000)
+        } else {
+            Quota::per_hour(1)
+        };
+        let plain = FixedWindow::with_clock(w, clock.clone()).unwrap();
+        let tunable: Reconfigurable<WindowAlgorithm<Fixed>, _> =
+            Reconfigurable::try_with_clock(w, clock.clone()).unwrap();
+        let _ = (plain.check(), tunable.check());
+        pair(
+            &format!("FixedWindow, {path}"),
+            reps,
+            &|| plain.check(),
+            &|| tunable.check(),
+        );
+
+        let w = if path == "allow" {
+            Quota::per_second(1_000_000)
+        } else {
+            Quota::per_hour(1)
+        };
+        let plain = SlidingWindowCounter::with_clock(w, clock.clone()).unwrap();
+        let tunable: Reconfigurable<WindowAlgorithm<Sliding>, _> =
+            Reconfigurable::try_with_clock(w, clock.clone()).unwrap();
+        let _ = (plain.check(), tunable.check());
+        pair(
+            &format!("SlidingWindowCounter, {path}"),
+            reps,
+            &|| plain.check(),
+            &|| tunable.check(),
+        );
+
+        let plain = Sharded::gcra_with_clock(q, 4, clock.clone());
+        let tunable: ReconfigurableSharded<GcraAlgorithm, _> =
+            ReconfigurableSharded::with_clock(q, 4, clock.clone());
+        let _ = (plain.check(), tunable.check());
+        pair(
+            &format!("Sharded<Gcra>, {path}"),
+            reps,
+            &|| plain.check(),
+            &|| tunable.check(),
+        );
+
+        let plain = Throttle::with_clock(q, clock.clone());
+        let tunable = ReconfigurableThrottle::with_clock(q, clock.clone());
+        let _ = (atomic_limiter::RateLimiter::check(&plain), tunable.check());
+        pair(
+            &format!("Throttle (check), {path}"),
+            reps,
+            &|| atomic_limiter::RateLimiter::check(&plain),
+            &|| tunable.check(),
+        );
+
+        let w = if path == "allow" {
+            Quota::per_second(1 << 20).with_burst(1)
+        } else {
+            Quota::per_hour(1)
+        };
+        if path == "allow" {
+            // The log keeps every admission of the window: a window of one ns keeps few.
+            let w = Quota::try_new(1 << 20, Duration::from_nanos(1 << 20), 1).unwrap();
+            let plain = SlidingWindowLog::with_clock(w, clock.clone()).unwrap();
+            let tunable = ReconfigurableLog::try_with_clock(w, clock.clone()).unwrap();
+            pair("SlidingWindowLog, allow", reps, &|| plain.check(), &|| {
+                tunable.check()
+            });
+        } else {
+            let plain = SlidingWindowLog::with_clock(w, clock.clone()).unwrap();
+            let tunable = ReconfigurableLog::try_with_clock(w, clock.clone()).unwrap();
+            let _ = (plain.check(), tunable.check());
+            pair("SlidingWindowLog, deny", reps, &|| plain.check(), &|| {
+                tunable.check()
+            });
+        }
+    }
+}
