@@ -374,6 +374,30 @@ impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
     #[inline]
     pub(crate) fn check_n_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
         let home = home::home_slot() & self.mask;
+        // The home shard alone, as the plain check's fast path: a request it serves is answered
+        // here, and one found retired moves on.
+        let local = if n <= self.max_share && n <= self.shards[home].quota().burst() {
+            let d = self.shards[home].check_live(n, retired)?;
+            if d.is_allowed() {
+                return Some(d);
+            }
+            Some(d)
+        } else {
+            None
+        };
+        self.slow_live(home, n, local, retired)
+    }
+
+    /// The cold path of [`Sharded::check_n_live`]: the other shards, then a gather.
+    #[cold]
+    #[inline(never)]
+    fn slow_live(
+        &self,
+        home: usize,
+        n: u32,
+        local: Option<Decision>,
+        retired: &AtomicBool,
+    ) -> Option<Decision> {
         let gone = core::cell::Cell::new(false);
         let check = |l: &Limiter<A, C>, n: u32| {
             InsufficientCapacity::check(n, l.quota().burst())?;
@@ -385,15 +409,7 @@ impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
                 }
             })
         };
-        let d = if n > self.max_share {
-            self.slow(home, n, None, check)
-        } else {
-            match check(&self.shards[home], n) {
-                Ok(d) if d.is_allowed() => return Some(d),
-                _ if gone.get() => return None,
-                local => self.slow(home, n, local.ok(), check),
-            }
-        };
+        let d = self.slow(home, n, local, check);
         (d.is_allowed() || !gone.get()).then_some(d)
     }
 

@@ -4,6 +4,8 @@ use self::math::{BucketFigures, BucketParams, Outcome};
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
+use core::num::NonZeroU32;
+
 use crate::limiter::algorithm::engine::{Answer, Carried, Engine, Total};
 use crate::limiter::algorithm::{Algorithm, Continuous, Retunable};
 use crate::quota::{Quota, QuotaError};
@@ -95,8 +97,9 @@ impl Total for TokenBucketAlgorithm {
 pub struct BucketAnswer {
     /// Ticks from the reading's tick to the one refills count from.
     ahead: u64,
-    /// Units held after the decision.
-    tokens: u32,
+    /// Units held after the decision, plus one: never zero, so that an `Option` of the answer
+    /// (a reconfigurable limiter's step) still fits two registers.
+    tokens: NonZeroU32,
     /// Units the request lacked: 0 when allowed; [`BucketAnswer::RECHECK`] asks for a fresh
     /// reading (a real lack is at most the cap, below 2^31).
     need: u32,
@@ -109,7 +112,8 @@ impl BucketAnswer {
     fn of(figures: BucketFigures) -> BucketAnswer {
         BucketAnswer {
             ahead: figures.ahead,
-            tokens: figures.tokens,
+            // At most the cap, below 2^31: one more never wraps.
+            tokens: NonZeroU32::MIN.saturating_add(figures.tokens),
             need: figures.need,
         }
     }
@@ -128,7 +132,7 @@ impl Answer<TokenBucketAlgorithm> for BucketAnswer {
             now_ns: now,
             rate: p.rate,
             ahead: self.ahead,
-            tokens: self.tokens,
+            tokens: self.tokens.get() - 1,
             need: self.need,
             burst: p.burst,
             // At most 63.
@@ -188,7 +192,7 @@ impl Engine for TokenBucketAlgorithm {
             Outcome::Allow { word, figures } => Step::Store(BucketAnswer::of(figures), word),
             Outcome::Recheck => Step::Keep(BucketAnswer {
                 ahead: 0,
-                tokens: 0,
+                tokens: NonZeroU32::MIN,
                 need: BucketAnswer::RECHECK,
             }),
         }
