@@ -102,6 +102,12 @@ mod cell {
         /// change has taken yet.
         fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision>;
 
+        /// [`Content::check_live`] for one token, which every quota's burst holds.
+        #[inline(always)]
+        fn check_one_live(&self, retired: &AtomicBool) -> Option<Decision> {
+            self.check_live(1, retired)
+        }
+
         /// Takes every state word out of use (`retired` set first, then each word changed by a
         /// CAS), and carries what they held into `new`, which no other thread can see yet.
         /// `retire` is false only in the loom models' twin, which reads the words instead.
@@ -230,7 +236,7 @@ mod cell {
             let mut cell = self.load();
             loop {
                 // One token is within every quota's burst (a burst is at least 1).
-                if let Some(decision) = cell.content.check_live(1, &cell.retired) {
+                if let Some(decision) = cell.content.check_one_live(&cell.retired) {
                     return decision;
                 }
                 cell = self.replacement_of(cell);

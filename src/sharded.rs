@@ -388,6 +388,18 @@ impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
         self.slow_live(home, n, local, retired)
     }
 
+    /// [`Sharded::check_n_live`] for one token, as the plain [`Sharded::check`]: one token never
+    /// exceeds a share's burst, so the home shard is asked first with nothing to compare.
+    #[inline(always)]
+    pub(crate) fn check_one_live(&self, retired: &AtomicBool) -> Option<Decision> {
+        let home = home::home_slot() & self.mask;
+        let d = self.shards[home].check_live(1, retired)?;
+        if d.is_allowed() {
+            return Some(d);
+        }
+        self.slow_live(home, 1, Some(d), retired)
+    }
+
     /// The cold path of [`Sharded::check_n_live`]: the other shards, then a gather.
     #[cold]
     #[inline(never)]

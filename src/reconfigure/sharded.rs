@@ -34,6 +34,11 @@ where
         self.check_n_live(n, retired)
     }
 
+    #[inline(always)]
+    fn check_one_live(&self, retired: &AtomicBool) -> Option<Decision> {
+        self.check_one_live(retired)
+    }
+
     fn retire_into(&self, retired: &AtomicBool, new: &mut Self, carry: Carry, retire: bool) {
         Sharded::retire_into(self, retired, new, carry, retire);
     }
