@@ -514,6 +514,27 @@ where
     let clock = ManualClock::starting_at(1_000_000);
     let limiter: Reconfigurable<WindowAlgorithm<K>, ManualClock> =
         Reconfigurable::try_with_clock(quotas[0], clock.clone()).unwrap();
+    counts_against_the_model::<M>(
+        quotas,
+        ops,
+        &clock,
+        |n| limiter.check_n(n),
+        |q, carry| {
+            limiter.try_set_quota(q, carry).unwrap();
+            limiter.quota()
+        },
+    )
+}
+
+/// [`windows_against_the_model`] for any limiter that counts admissions in a window: `check`,
+/// and `set`, which changes the quota and answers the quota now in force.
+fn counts_against_the_model<M: WindowModel>(
+    quotas: &[Quota],
+    ops: &[Op],
+    clock: &ManualClock,
+    check: impl Fn(u32) -> Result<Decision, atomic_limiter::InsufficientCapacity>,
+    set: impl Fn(Quota, Carry) -> Quota,
+) -> Result<(), TestCaseError> {
     let mut model = M::new(&quotas[0], clock.now());
     let mut quota = quotas[0];
     let mut since: Vec<(u64, u64)> = Vec::new(); // admissions since the last change
@@ -522,14 +543,13 @@ where
         match *op {
             Op::Advance(ns) => clock.advance_nanos(ns),
             Op::Set(i, carry) => {
-                limiter.try_set_quota(quotas[i], carry).unwrap();
                 model = model.change(now, &quotas[i], carry == Carry::Proportional);
                 quota = quotas[i];
                 since.clear();
-                prop_assert_eq!(limiter.quota(), quota);
+                prop_assert_eq!(set(quota, carry), quota);
             }
             Op::Check(n) => {
-                let d = limiter.check_n(n);
+                let d = check(n);
                 if u64::from(n) > quota.rate() {
                     prop_assert!(d.is_err());
                     continue;
@@ -693,8 +713,8 @@ struct LogModel {
     times: std::collections::VecDeque<u64>,
 }
 
-impl LogModel {
-    fn new(q: &Quota) -> LogModel {
+impl WindowModel for LogModel {
+    fn new(q: &Quota, _now: u64) -> LogModel {
         LogModel {
             limit: q.rate(),
             window: q.per().as_nanos() as u64,
@@ -702,6 +722,25 @@ impl LogModel {
         }
     }
 
+    fn check(&mut self, now: u64, n: u64) -> (bool, u64) {
+        LogModel::check(self, now, n)
+    }
+
+    fn change(&mut self, now: u64, q: &Quota, proportional: bool) -> Self {
+        LogModel::change(self, now, q, proportional)
+    }
+
+    /// Exact: the limit in any span of the window.
+    fn bound(&self) -> u64 {
+        self.limit
+    }
+
+    fn group(&self, _now: u64) -> Option<u64> {
+        None
+    }
+}
+
+impl LogModel {
     fn roll(&mut self, now: u64) {
         while self.times.front().is_some_and(|&t| t + self.window <= now) {
             self.times.pop_front();
@@ -763,39 +802,10 @@ proptest! {
         use atomic_limiter::ReconfigurableLog;
         let clock = ManualClock::starting_at(1_000_000);
         let log = ReconfigurableLog::try_with_clock(quotas[0], clock.clone()).unwrap();
-        let mut model = LogModel::new(&quotas[0]);
-        let mut quota = quotas[0];
-        let mut since: Vec<(u64, u64)> = Vec::new();
-        for op in ops {
-            let now = clock.now();
-            match op {
-                Op::Advance(ns) => clock.advance_nanos(ns),
-                Op::Set(i, carry) => {
-                    log.try_set_quota(quotas[i], carry).unwrap();
-                    model = model.change(now, &quotas[i], carry == Carry::Proportional);
-                    quota = quotas[i];
-                    since.clear();
-                    prop_assert_eq!(log.quota(), quota);
-                }
-                Op::Check(n) => {
-                    let d = log.check_n(n);
-                    if u64::from(n) > quota.rate() {
-                        prop_assert!(d.is_err());
-                        continue;
-                    }
-                    let d = d.unwrap();
-                    let (allowed, remaining) = model.check(now, u64::from(n));
-                    prop_assert_eq!(d.is_allowed(), allowed, "at {} for {}", now, n);
-                    prop_assert_eq!(d.remaining(), remaining, "at {} for {}", now, n);
-                    if allowed {
-                        since.push((now, u64::from(n)));
-                    }
-                    let window = quota.per().as_nanos() as u64;
-                    let held: u64 = since.iter().filter(|(t, _)| now - t < window).map(|x| x.1).sum();
-                    prop_assert!(held <= quota.rate(), "{} admitted in one window after a change", held);
-                }
-            }
-        }
+        counts_against_the_model::<LogModel>(&quotas, &ops, &clock, |n| log.check_n(n), |q, carry| {
+            log.try_set_quota(q, carry).unwrap();
+            log.quota()
+        })?;
     }
 }
 
