@@ -177,7 +177,7 @@ impl Engine for TokenBucketAlgorithm {
     /// A denial decided on a stale word stands for any later word too: later words hold no more
     /// tokens at any given time (admissions only take, refills are capped the same way). A reading
     /// far behind the stamp on a monotonic clock may be stale: `Keep(None)` asks for a fresh one.
-    #[inline]
+    #[inline(always)]
     fn step(
         &self,
         word: u64,
