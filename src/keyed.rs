@@ -80,6 +80,20 @@ impl<L: KeyedLimiter> KeyEntry<L> {
         InsufficientCapacity::check(n, self.limiter.quota().burst())?;
         Ok(self.limiter.check_state(&self.state, n))
     }
+
+    /// Moves the entry, held exclusively, to the limiter `to`, its state carried over as `carry`
+    /// says; returns the instant to file it at in the eviction index (a lower bound on when its
+    /// bucket is full again).
+    fn move_to(&mut self, to: &Arc<L>, carry: Carry) -> u64 {
+        // Read before the carry reads its own: the instant returned is a lower bound.
+        let before = to.now_ns();
+        if !Arc::ptr_eq(&self.limiter, to) {
+            self.state = self.limiter.carried_state(&self.state, to, carry);
+            self.limiter = to.clone();
+        }
+        let reset = duration_ns(to.check_state(&self.state, 0).reset_after());
+        before.saturating_add(reset)
+    }
 }
 
 /// One limiter per key (client id, IP address, API key), created on first use, with bounded
@@ -310,6 +324,17 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             // Once the quota has changed, keys decide under the lock, each on its entry's
             // limiter, as with a quota function.
         }
+        self.check_on_entry(key, n)
+    }
+
+    /// The check decided under the shard lock, on the entry's own limiter (a quota function's
+    /// tables, and a table with one quota once it has changed), or on a new key.
+    #[inline(always)]
+    fn check_on_entry<Q>(&self, key: &Q, n: u32) -> Result<Decision, InsufficientCapacity>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         match self.store.with_existing(key, |e| e.check(n)) {
             Some(answer) => answer,
             None => self.check_new(key, n, true),
@@ -421,10 +446,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        match self.store.with_existing(key, |e| e.check(n)) {
-            Some(answer) => answer,
-            None => self.check_new(key, n, true),
-        }
+        self.check_on_entry(key, n)
     }
 
     /// A key not (or no longer) held: take a place, insert a fresh limiter, check it. `serialised`
@@ -563,12 +585,8 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 if *e.limiter.quota() == quota {
                     return None;
                 }
-                // Read before the carry reads its own: the instant filed below is a lower bound.
-                let before = limiter.now_ns();
-                e.state = e.limiter.carried_state(&e.state, &limiter, carry);
-                let old = core::mem::replace(&mut e.limiter, limiter.clone());
-                let reset = duration_ns(e.limiter.check_state(&e.state, 0).reset_after());
-                Some((*old.quota(), before.saturating_add(reset)))
+                let old = *e.limiter.quota();
+                Some((old, e.move_to(&limiter, carry)))
             })
             .flatten();
         drop(limiter);
@@ -646,14 +664,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         changed.store(true, Ordering::Relaxed);
         let mut filed = alloc::vec::Vec::with_capacity(self.len());
         self.store.update_all(|key, e| {
-            // Read before the carry reads its own: the instant filed is a lower bound.
-            let before = to.now_ns();
-            if !Arc::ptr_eq(&e.limiter, &to) {
-                e.state = e.limiter.carried_state(&e.state, &to, carry);
-                e.limiter = to.clone();
-            }
-            let reset = duration_ns(to.check_state(&e.state, 0).reset_after());
-            filed.push((key.clone(), before.saturating_add(reset)));
+            filed.push((key.clone(), e.move_to(&to, carry)));
         });
         // Every instant moved: the index is filed anew, one entry per key.
         due.refile(filed);

@@ -214,6 +214,17 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         self.retire(retired)
     }
 
+    /// `word`, this limiter's state at the instant `at_ns`, carried over to the limiter `to`
+    /// (another quota) as `how` says: the algorithm's carry, each side in its own units.
+    #[cfg(feature = "std")]
+    pub(crate) fn carried_word(&self, word: u64, to: &Self, at_ns: u64, how: crate::Carry) -> u64
+    where
+        A: algorithm::engine::Carried,
+    {
+        let (from, into) = (&self.algorithm, &to.algorithm);
+        from.carry(word, from.units(at_ns), into, into.units(at_ns), how)
+    }
+
     /// How long until `word` is full, as a peek at `at_ns` would answer: a pure step, nothing
     /// stored.
     #[cfg(feature = "std")]

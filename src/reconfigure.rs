@@ -132,9 +132,7 @@ mod cell {
         fn retire_into(&self, retired: &AtomicBool, new: &mut Self, carry: Carry, retire: bool) {
             new.algorithm_mut().follow(self.algorithm());
             let word = self.retire_or_read(retired, retire);
-            let at = self.clock().now();
-            let (from, to) = (self.algorithm(), new.algorithm());
-            let carried = from.carry(word, from.units(at), to, to.units(at), carry);
+            let carried = self.carried_word(word, new, self.clock().now(), carry);
             new.set_word(carried);
         }
     }

@@ -444,18 +444,14 @@ impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
             .map(|shard| shard.retire_or_read(retired, retire))
             .collect();
         let at = self.shards[0].clock().now();
-        let carried = |from: &Limiter<A, C>, word: u64, to: &Limiter<A, C>| {
-            let (a, b) = (from.algorithm(), to.algorithm());
-            a.carry(word, a.units(at), b, b.units(at), carry)
-        };
         let same = new.shards.len() == self.shards.len();
         for (j, to) in new.shards.iter_mut().enumerate() {
             let word = if same {
-                carried(&self.shards[j], words[j], to)
+                self.shards[j].carried_word(words[j], to, at, carry)
             } else {
                 let mut emptiest = (core::time::Duration::ZERO, to.full_word());
                 for (from, &word) in self.shards.iter().zip(words.iter()) {
-                    let word = carried(from, word, to);
+                    let word = from.carried_word(word, to, at, carry);
                     let reset = to.reset_of(word, at);
                     if reset >= emptiest.0 {
                         emptiest = (reset, word);

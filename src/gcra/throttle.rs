@@ -100,17 +100,21 @@ impl<C: Clock> Throttle<C> {
         self.params.within_burst(n)?;
         let now = self.params.units(self.clock.now());
         let max = self.params.queue_limit(max_wait);
-        let (wait, end) = self
-            .tat
-            .update(self.reserve_step(now, n, max))
-            .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait)))?;
+        let (wait, cost, end) = self.slot(n, self.tat.update(self.reserve_step(now, n, max)))?;
+        Ok(Reservation::new(self, wait, cost, end))
+    }
+
+    /// What a reservation of `n` holds, from its step's answer (the wait and the slot's end, or
+    /// the wait it would have taken): when to go, its cost and its end; or the error.
+    fn slot(
+        &self,
+        n: u32,
+        answer: Result<(u64, u64), u64>,
+    ) -> Result<(Duration, u64, u64), ThrottleError> {
         let cost = u64::from(n) * self.params.token;
-        Ok(Reservation::new(
-            self,
-            self.params.duration(wait),
-            cost,
-            end,
-        ))
+        answer
+            .map(|(wait, end)| (self.params.duration(wait), cost, end))
+            .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait)))
     }
 
     /// The reservation step at `now` (GCRA units), as `StateCell` runs it: the wait and the next
@@ -204,12 +208,7 @@ impl<C: Clock> Throttle<C> {
         let answer = self
             .tat
             .update(live(retired, self.reserve_step(now, n, max)))?;
-        let cost = u64::from(n) * self.params.token;
-        Some(
-            answer
-                .map(|(wait, end)| (self.params.duration(wait), cost, end))
-                .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait))),
-        )
+        Some(self.slot(n, answer))
     }
 
     /// [`Throttle::refund_latest`] on a throttle that a reconfiguration may retire: `None` once
@@ -268,16 +267,9 @@ impl<C: Clock> Throttle<C> {
         max_wait: Duration,
     ) -> Result<Reservation<'_, C>, ThrottleError> {
         let now = self.params.units(self.clock.now());
-        let (wait, end) = self
-            .tat
-            .update_racy(self.reserve_step(now, 1, self.params.queue_limit(max_wait)))
-            .map_err(|wait| ThrottleError::WouldWait(self.params.duration(wait)))?;
-        Ok(Reservation::new(
-            self,
-            self.params.duration(wait),
-            self.params.token,
-            end,
-        ))
+        let step = self.reserve_step(now, 1, self.params.queue_limit(max_wait));
+        let (wait, cost, end) = self.slot(1, self.tat.update_racy(step))?;
+        Ok(Reservation::new(self, wait, cost, end))
     }
 }
 

@@ -107,10 +107,12 @@ pub(crate) mod engine {
         fn carried_state(&self, state: &KeyState, to: &Self, how: crate::Carry) -> KeyState {
             // Nothing else changes the word meanwhile: the load is the last word.
             let word = state.0.update(Step::Keep);
-            let at = self.clock().now();
-            let (from, into) = (self.algorithm(), to.algorithm());
-            let carried = from.carry(word, from.units(at), into, into.units(at), how);
-            KeyState(StateCell::new(carried))
+            KeyState(StateCell::new(self.carried_word(
+                word,
+                to,
+                self.clock().now(),
+                how,
+            )))
         }
     }
 

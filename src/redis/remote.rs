@@ -149,7 +149,7 @@ impl RedisGcra {
         }
         match self.call(subject, n, Mode::AllOrNothing, &limits).await {
             Ok(reply) => decided(reply, n, &limits),
-            Err(e) => Ok(self.on_failure(subject, n, &e)),
+            Err(e) => Ok(self.on_failure(subject, n, &e, smallest_burst(&limits))),
         }
     }
 
@@ -220,7 +220,6 @@ impl RedisGcra {
         &self.inner.options
     }
 
-    /// The smallest burst of the limits: the most one request may take.
     /// The quota, when there is just one limit.
     #[cfg(feature = "tower")]
     pub(crate) fn single_quota(&self) -> Option<Quota> {
@@ -230,12 +229,9 @@ impl RedisGcra {
         }
     }
 
+    /// The smallest burst of the limits in force: the most one request may take.
     pub(crate) fn burst(&self) -> u32 {
-        self.limits()
-            .iter()
-            .map(|l| l.quota.burst())
-            .min()
-            .unwrap_or(0)
+        smallest_burst(&self.limits())
     }
 
     /// The longest period of the limits, in ns: the time one token takes to return.
@@ -267,11 +263,11 @@ impl RedisGcra {
     }
 
     /// The decision of a blind policy, or of this node's share, for a request the store could not
-    /// decide.
-    fn on_failure(&self, subject: &str, n: u32, e: &StoreError) -> Decision {
+    /// decide; `burst` is the smallest of the limits the call was made on.
+    fn on_failure(&self, subject: &str, n: u32, e: &StoreError, burst: u32) -> Decision {
         failure_decision(
             self.inner.options.policy,
-            self.burst(),
+            burst,
             self.failure_retry_ns(e),
             || self.inner.local.as_ref().map(|l| l.check_key_n(subject, n)),
         )
@@ -335,6 +331,11 @@ impl RedisGcra {
         }
         result
     }
+}
+
+/// The smallest burst of `limits`: the most one request may take.
+fn smallest_burst(limits: &[Limit]) -> u32 {
+    limits.iter().map(|l| l.quota.burst()).min().unwrap_or(0)
 }
 
 /// The decision of the store's reply to a call for `n` tokens made on `limits`.
