@@ -43,8 +43,8 @@ pub struct Decision {
     /// GCRA's scale, or the bucket's tick shift.
     small: u8,
     /// Which path decided (a [`DecidedBy`] as its byte), and [`SHADOWED`]: the decision's last
-    /// spare byte, shared so that the verdict stays a `bool` (the windows' steps, which carry a
-    /// whole decision through their CAS loop, lost 3 to 5 ns when it became a byte with flags).
+    /// spare byte, shared so that the verdict stays a `bool` (the windows' steps, which then carried
+    /// a whole decision through their CAS loop, lost 3 to 5 ns when it became a byte with flags).
     by: u8,
 }
 

@@ -85,13 +85,8 @@ impl Answer<GcraAlgorithm> for Metered {
     }
 
     #[inline(always)]
-    fn is_recheck(&self) -> bool {
-        false
-    }
-
-    #[inline(always)]
-    fn is_final(&self, coarse: bool) -> bool {
-        self.is_allowed() || !coarse
+    fn is_allowed(&self) -> bool {
+        Metered::is_allowed(self)
     }
 }
 

@@ -645,6 +645,45 @@ mod tests {
         );
     }
 
+    /// A check made while its thread's thread-locals are destroyed, after its slot went (a
+    /// straggler, counted apart), is decided and waited out like any other: the change after it
+    /// frees the cell it replaced.
+    #[test]
+    fn a_check_in_a_thread_local_destructor_straggles() {
+        type Tunable = Reconfigurable<GcraAlgorithm, ManualClock>;
+        struct CheckOnExit(Arc<Tunable>, Arc<AtomicUsize>);
+        impl Drop for CheckOnExit {
+            fn drop(&mut self) {
+                if self.0.check().is_allowed() {
+                    self.1.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        std::thread_local! {
+            static ON_EXIT: std::cell::RefCell<Option<CheckOnExit>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let limiter = Arc::new(Tunable::with_clock(
+            Quota::per_second(1).with_burst(5),
+            ManualClock::new(),
+        ));
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let (l, a) = (limiter.clone(), admitted.clone());
+        thread::spawn(move || {
+            // Set before the thread's first check registers its slot, so destroyed after it
+            // (thread-locals go in the reverse order of their first use).
+            ON_EXIT.with(|e| *e.borrow_mut() = Some(CheckOnExit(l.clone(), a.clone())));
+            assert!(l.check().is_allowed());
+            a.fetch_add(1, Relaxed);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(admitted.load(Relaxed), 2);
+        limiter.set_quota(Quota::per_second(1).with_burst(5), Carry::Debt);
+        assert!(limiter.cells.writer.lock().unwrap().is_empty());
+        assert_eq!(limiter.check().remaining(), 2);
+    }
+
     /// Threads check while another changes the quota (to the same figures) and frees each
     /// replaced cell: nothing is read after it is freed (Miri checks this run), and exactly the
     /// burst is admitted on a frozen clock.

@@ -176,7 +176,7 @@ impl<L: KeyedLimiter> Sharded<L> {
         if d.is_allowed() {
             return d;
         }
-        self.slow(home, 1, Some(d), |l, n| l.check_n(n))
+        self.slow(home, 1, Some(d), |l, n| l.check_n(n), |d| d)
     }
 
     /// Asks for `n` tokens, all or nothing; `n = 0` peeks. Up to the quota's burst, gathered from
@@ -197,26 +197,29 @@ impl<L: KeyedLimiter> Sharded<L> {
         InsufficientCapacity::check(n, self.quota.burst())?;
         let home = home & self.mask;
         if n > self.max_share {
-            return Ok(self.slow(home, n, None, |l, n| l.check_n(n)));
+            return Ok(self.slow(home, n, None, |l, n| l.check_n(n), |d| d));
         }
         match self.shards[home].check_n(n) {
             Ok(d) if d.is_allowed() => Ok(d),
-            local => Ok(self.slow(home, n, local.ok(), |l, n| l.check_n(n))),
+            local => Ok(self.slow(home, n, local.ok(), |l, n| l.check_n(n), |d| d)),
         }
     }
 
     /// The cold path: every other shard once for the whole request, then a gather over all of
     /// them; if both fail, a refusal whose figures cover every shard. `local` is the home shard's
-    /// refusal, when it was asked.
+    /// refusal, when it was asked. The decision is answered through `finish`, applied where it is
+    /// made, so that one wrapped on its way out is built in place, not built and then copied (a
+    /// copy that stalls on forwarding the decision's narrower stores).
     #[cold]
     #[inline(never)]
-    fn slow(
+    fn slow<R>(
         &self,
         home: usize,
         n: u32,
         local: Option<Decision>,
         check: impl Fn(&L, u32) -> Result<Decision, InsufficientCapacity>,
-    ) -> Decision {
+        finish: impl Fn(Decision) -> R,
+    ) -> R {
         let count = self.shards.len();
         let mut seen = Seen::default();
         for k in 0..count {
@@ -226,7 +229,7 @@ impl<L: KeyedLimiter> Sharded<L> {
                 (0, Some(d)) => Some(d),
                 // A share too small for the whole request is only peeked, for the gather.
                 _ => match check(shard, n) {
-                    Ok(d) if d.is_allowed() => return d,
+                    Ok(d) if d.is_allowed() => return finish(d),
                     Ok(d) => Some(d),
                     Err(_) => check(shard, 0).ok(),
                 },
@@ -237,7 +240,7 @@ impl<L: KeyedLimiter> Sharded<L> {
         }
         if n > 0 && seen.remaining >= u64::from(n) {
             if let Some(d) = self.gather(home, n, &check, |l, n| l.give_back(n)) {
-                return d;
+                return finish(d);
             }
         }
         // A request one share can serve passes when that share holds it (stealing finds it);
@@ -246,7 +249,7 @@ impl<L: KeyedLimiter> Sharded<L> {
             Some(single) => single,
             None => self.together_at(u64::from(n), seen.reset, &check),
         };
-        Decision::new(
+        finish(Decision::new(
             false,
             1, // the shards' figures are already rounded to their clock
             Detail::Eager {
@@ -255,7 +258,7 @@ impl<L: KeyedLimiter> Sharded<L> {
                 reset_ns: seen.reset,
                 limit: self.quota.burst(),
             },
-        )
+        ))
     }
 
     /// The soonest the shards together hold `n` tokens, from lower bounds on each one's count;
@@ -360,7 +363,7 @@ impl<L: KeyedLimiter> Sharded<L> {
         let home = home & self.mask;
         match self.shards[home].check_n(n) {
             Ok(d) if d.is_allowed() => d,
-            local => self.slow(home, n, local.ok(), |l, n| Ok(broken(l, n))),
+            local => self.slow(home, n, local.ok(), |l, n| Ok(broken(l, n)), |d| d),
         }
     }
 }
@@ -421,8 +424,11 @@ impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
                 }
             })
         };
-        let d = self.slow(home, n, local, check);
-        (d.is_allowed() || !gone.get()).then_some(d)
+        // A refusal made after a shard was found retired may have missed tokens in the cell that
+        // replaced this one: made again there.
+        self.slow(home, n, local, check, |d| {
+            (d.is_allowed() || !gone.get()).then_some(d)
+        })
     }
 
     /// Takes every shard's word out of use (`retired` set first) and carries what they held into

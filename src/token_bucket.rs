@@ -142,13 +142,13 @@ impl Answer<TokenBucketAlgorithm> for BucketAnswer {
     }
 
     #[inline(always)]
-    fn is_recheck(&self) -> bool {
-        self.need == BucketAnswer::RECHECK
+    fn is_allowed(&self) -> bool {
+        self.need == 0
     }
 
     #[inline(always)]
-    fn is_final(&self, coarse: bool) -> bool {
-        self.need == 0 || (!coarse && !self.is_recheck())
+    fn is_recheck(&self) -> bool {
+        self.need == BucketAnswer::RECHECK
     }
 }
 

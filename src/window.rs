@@ -8,13 +8,13 @@ pub(crate) mod log;
 
 use core::marker::PhantomData;
 
-use self::math::{WindowOutcome, WindowParams};
+use self::math::{WindowAnswer, WindowParams};
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
-use crate::limiter::algorithm::engine::{Carried, Engine};
+use crate::limiter::algorithm::engine::{Answer, Carried, Engine};
 use crate::limiter::algorithm::{Algorithm, Retunable};
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
@@ -123,7 +123,7 @@ pub(crate) mod kind {
         /// The largest limit those counts hold.
         const MAX_LIMIT: u64;
         /// One step for `n <= limit` at `now` (ns).
-        fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome;
+        fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<WindowAnswer>;
     }
 
     impl Kind for Fixed {
@@ -131,7 +131,7 @@ pub(crate) mod kind {
         const MAX_LIMIT: u64 = (1 << 31) - 1;
 
         #[inline(always)]
-        fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
+        fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<WindowAnswer> {
             math::fixed(word, now, n, p)
         }
     }
@@ -141,7 +141,7 @@ pub(crate) mod kind {
         const MAX_LIMIT: u64 = WindowParams::MAX_SLIDING_LIMIT;
 
         #[inline(always)]
-        fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
+        fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<WindowAnswer> {
             math::sliding(word, now, n, p)
         }
     }
@@ -164,8 +164,25 @@ impl<K: WindowKind> Carried for WindowAlgorithm<K> {
     }
 }
 
+impl<K: WindowKind> Answer<WindowAlgorithm<K>> for WindowAnswer {
+    #[inline(always)]
+    fn decide(
+        self,
+        algorithm: &WindowAlgorithm<K>,
+        _now: u64,
+        resolution: u64,
+    ) -> Option<Decision> {
+        Some(self.decision(K::COUNTS, &algorithm.params, resolution))
+    }
+
+    #[inline(always)]
+    fn is_allowed(&self) -> bool {
+        WindowAnswer::is_allowed(self)
+    }
+}
+
 impl<K: WindowKind> Engine for WindowAlgorithm<K> {
-    type Answer = Decision;
+    type Answer = WindowAnswer;
 
     fn from_quota(quota: &Quota, now_ns: u64) -> Result<WindowAlgorithm<K>, QuotaError> {
         Ok(WindowAlgorithm {
@@ -200,9 +217,9 @@ impl<K: WindowKind> Engine for WindowAlgorithm<K> {
         now: u64,
         n: u32,
         _reading: Reading,
-        resolution: u64,
-    ) -> Step<Decision> {
-        K::step(word, now, n, &self.params).into_step(resolution, self.params.limit)
+        _resolution: u64,
+    ) -> Step<WindowAnswer> {
+        K::step(word, now, n, &self.params)
     }
 }
 

@@ -228,7 +228,7 @@ impl<C: Clock> Throttle<C> {
     /// The check of a throttle that a reconfiguration may retire, for `n <= burst`: `None` once
     /// `retired` is set.
     #[cfg(feature = "std")]
-    #[inline]
+    #[inline(always)]
     pub(crate) fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
         let meter = |now| {
             self.tat

@@ -63,11 +63,10 @@ pub(crate) mod engine {
     }
 
     /// A step's answer for the algorithm `A`: what the CAS loop carries out of a step, turned into
-    /// a [`Decision`] once the loop is done. GCRA and the token bucket answer two words (they come
-    /// back from the CAS's out-of-line retry loop in registers, and the 48-byte decision is built
-    /// once, where it is used, instead of in the loop and copied out); the windows answer a plain
-    /// [`Decision`]. Only the bucket's answer can ask for a fresh reading; for the others the
-    /// shell's path for that request compiles away.
+    /// a [`Decision`] once the loop is done. Every algorithm answers two words (they come back
+    /// from the CAS's out-of-line retry loop in registers, and the 48-byte decision is built once,
+    /// where it is used, instead of in the loop and copied out). Only the bucket's answer can ask
+    /// for a fresh reading; for the others the shell's path for that request compiles away.
     pub trait Answer<A>: Sized {
         /// Whether an answer of this type can ask for a fresh reading at all (known statically,
         /// so that code after the CAS's out-of-line retry loop can drop that path).
@@ -77,34 +76,26 @@ pub(crate) mod engine {
         /// reading".
         fn decide(self, algorithm: &A, now: u64, resolution: u64) -> Option<Decision>;
 
-        /// Whether this answer asks for a fresh reading.
-        fn is_recheck(&self) -> bool;
+        /// Whether the request passed.
+        fn is_allowed(&self) -> bool;
 
-        /// Whether this is the final decision: not one made on a reading that may be stale, nor
-        /// a denial made on a `coarse` clock (those are made again on a fresh reading).
-        fn is_final(&self, coarse: bool) -> bool;
-
-        /// The decision of an answer that [`Answer::is_final`].
-        #[inline(always)]
-        fn into_final(self, algorithm: &A, now: u64, resolution: u64) -> Decision {
-            crate::limiter::settle(self.decide(algorithm, now, resolution))
-        }
-    }
-
-    impl<A> Answer<A> for Decision {
-        #[inline(always)]
-        fn decide(self, _: &A, _: u64, _: u64) -> Option<Decision> {
-            Some(self)
-        }
-
+        /// Whether this answer asks for a fresh reading (only one that [`Answer::MAY_RECHECK`]).
         #[inline(always)]
         fn is_recheck(&self) -> bool {
             false
         }
 
+        /// Whether this is the final decision: not one made on a reading that may be stale, nor
+        /// a denial made on a `coarse` clock (those are made again on a fresh reading).
         #[inline(always)]
         fn is_final(&self, coarse: bool) -> bool {
-            self.is_allowed() || !coarse
+            self.is_allowed() || (!coarse && !self.is_recheck())
+        }
+
+        /// The decision of an answer that [`Answer::is_final`].
+        #[inline(always)]
+        fn into_final(self, algorithm: &A, now: u64, resolution: u64) -> Decision {
+            crate::limiter::settle(self.decide(algorithm, now, resolution))
         }
     }
 

@@ -23,7 +23,7 @@ impl<C: Clock> Content for SlidingWindowLog<C> {
         RateLimiter::quota(self).rate() as u32
     }
 
-    #[inline]
+    #[inline(always)]
     fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
         SlidingWindowLog::check_live(self, n, retired)
     }

@@ -3,23 +3,27 @@
 //!
 //! # Implementation details
 //!
-//! Each thread that checks has a slot, registered once. A check marks its slot with a fresh
-//! section number on entry and clears it on exit; a change, after unpublishing the old cell, waits
-//! out every section that was open when it looked. The checks pay two plain stores to their own
-//! slot and no atomic read-modify-write: the ordering work is moved to the change, which is rare.
+//! Each thread that checks has a slot, registered once, holding the number of its last section:
+//! odd while that section is open, even once it closed. A check opens a section with the next
+//! (odd) number and closes it with the one after; a change, after unpublishing the old cell,
+//! waits out every section that was open when it looked. The checks pay two plain stores to their
+//! own slot and no atomic read-modify-write: the ordering work is moved to the change, which is
+//! rare.
 //!
 //! | side | on Linux (`membarrier`) | elsewhere |
 //! |---|---|---|
-//! | a check enters | stores the section number, then a compiler fence | the same, then a full fence |
+//! | a check enters | stores its (odd) section number, then a compiler fence | the same, then a full fence |
 //! | a change, after publishing the new cell | asks the kernel to run a full barrier on every thread of the process | a full fence |
-//! | then | reads every slot; waits while a slot still shows the number it read | the same |
-//! | a check leaves | clears the slot (`Release`) | the same |
+//! | then | reads every slot; waits while a slot still shows the odd number it read | the same |
+//! | a check leaves | stores the next (even) number (`Release`) | the same |
 //!
 //! Why that suffices: the barrier the change causes falls, in each checking thread, either after
 //! the section number was stored (the change then reads it and waits for that section to end) or
 //! before it (then the section's pointer load comes after the barrier, and so after the new
-//! pointer was published: it cannot load the old one). A section that ends clears its slot with
+//! pointer was published: it cannot load the old one). A section that ends moves its slot on with
 //! `Release`, read by the change with `Acquire`: its reads of the old cell happen before the free.
+//! A check inside a check (a clock that checks another limiter) finds its slot open and leaves
+//! it to the outer section.
 //!
 //! Under the loom models cells are freed only when the limiter is dropped: loom checks the cell
 //! protocol, not the grace periods (it cannot model `membarrier`); those run under the tests and
@@ -50,15 +54,25 @@ mod grace {
     use alloc::sync::Arc;
     use alloc::vec::Vec;
     use core::cell::Cell;
-    use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
+    use core::ptr;
+    use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
     use std::sync::{Mutex, OnceLock, PoisonError};
 
     use crate::sync::Backoff;
 
-    /// A thread's slot: 0 outside a check, else the number of the section it is in.
+    /// A thread's slot: the number of its last section, odd while the thread is in it (in a
+    /// check), even outside; only its thread writes it, and every section takes a new number.
     #[derive(Debug, Default)]
     struct Slot {
         section: AtomicU64,
+    }
+
+    impl Slot {
+        /// Whether `number` is a section's while it is open.
+        #[inline(always)]
+        fn is_open(number: u64) -> bool {
+            number & 1 == 1
+        }
     }
 
     /// Every live thread's slot.
@@ -69,34 +83,46 @@ mod grace {
     static STRAGGLERS: AtomicUsize = AtomicUsize::new(0);
 
     /// Whether the kernel runs the heavy barrier for us; decided once, before the first limiter
-    /// exists, so every check and every change sees the same answer.
+    /// exists, so every change sees the same answer.
     static KERNEL_BARRIER: OnceLock<bool> = OnceLock::new();
 
-    /// This thread's slot, how deeply it is nested in checks (a clock that checks another
-    /// limiter), and the number of its last section.
-    struct Local {
-        slot: Arc<Slot>,
-        depth: Cell<u32>,
-        last: Cell<u64>,
+    /// [`KERNEL_BARRIER`] as the sections read it: set only once it is decided `true`. A section
+    /// that still reads `false` takes a full fence, which is never wrong, only slower.
+    static LIGHT_SECTIONS: AtomicBool = AtomicBool::new(false);
+
+    /// A slot pointer's value for a thread whose slot is gone (its thread-locals are being
+    /// destroyed): its checks are stragglers.
+    const GONE: usize = 1;
+
+    std::thread_local! {
+        /// This thread's slot (null until the first check registers it, [`GONE`] after): read by
+        /// every check, so a plain thread-local with nothing to initialise or destroy, whose
+        /// access is one load. The slot is kept alive by [`OWNER`].
+        static SLOT: Cell<*const Slot> = const { Cell::new(ptr::null()) };
+        /// Owns this thread's slot, registered in [`SLOTS`]; when the thread exits it takes the
+        /// slot out of them and marks [`SLOT`] gone.
+        static OWNER: Owner = Owner::register();
     }
 
-    impl Local {
-        fn register() -> Local {
+    struct Owner {
+        slot: Arc<Slot>,
+    }
+
+    impl Owner {
+        fn register() -> Owner {
             let slot = Arc::new(Slot::default());
             SLOTS
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(slot.clone());
-            Local {
-                slot,
-                depth: Cell::new(0),
-                last: Cell::new(0),
-            }
+            Owner { slot }
         }
     }
 
-    impl Drop for Local {
+    impl Drop for Owner {
         fn drop(&mut self) {
+            // Not in a check: thread-local destructors run outside every check of this thread.
+            SLOT.with(|slot| slot.set(ptr::without_provenance(GONE)));
             SLOTS
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -104,96 +130,94 @@ mod grace {
         }
     }
 
-    std::thread_local! {
-        static LOCAL: Local = Local::register();
-    }
-
     /// Decides, once, whether changes ask the kernel for the heavy barrier. Called when a
     /// reconfigurable limiter is built, so before any check or change on one.
     pub(crate) fn prepare() {
-        KERNEL_BARRIER.get_or_init(kernel::register);
+        if *KERNEL_BARRIER.get_or_init(kernel::register) {
+            // Relaxed: only lightens the sections' fence; a section that reads the old value
+            // takes the full one, which the kernel's barrier does not need but does not mind.
+            LIGHT_SECTIONS.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Opens a section, a check on a cell, which a change waits out before freeing that cell; it
     /// closes when the guard is dropped (also when the check unwinds).
     #[inline(always)]
     pub(crate) fn enter() -> Section {
-        match LOCAL.try_with(|local| {
-            local.enter();
-            local as *const Local
-        }) {
-            Ok(local) => Section { local },
-            Err(_) => straggle(),
+        let slot = SLOT.with(Cell::get);
+        if slot.addr() <= GONE {
+            return enter_slow();
+        }
+        // SAFETY: a registered slot, owned by this thread's `OWNER`, which is destroyed (and the
+        // pointer marked gone first) only as the thread exits, outside every check.
+        let slot = unsafe { &*slot };
+        // Relaxed: only this thread writes its slot.
+        let last = slot.section.load(Ordering::Relaxed);
+        if Slot::is_open(last) {
+            // Nested (a clock that checks another limiter): the outer section covers it.
+            return Section { slot: ptr::null() };
+        }
+        // Release: a change that waits for the last section to end may read this number rather
+        // than the even one that ended it; reading it must order that section's reads before the
+        // free just the same. (Ordered before this section's loads by the barrier below.)
+        slot.section.store(last + 1, Ordering::Release);
+        // Relaxed: see `LIGHT_SECTIONS`.
+        if LIGHT_SECTIONS.load(Ordering::Relaxed) {
+            // The kernel runs the full barrier on this thread when a change asks for it.
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            // SeqCst: the store above before this section's loads, against the change's own
+            // SeqCst fence (store-load ordering on both sides).
+            fence(Ordering::SeqCst);
+        }
+        Section { slot }
+    }
+
+    /// [`enter`] on a thread without a slot: registers one, or, when its thread-locals are
+    /// being destroyed, counts the check as a straggler.
+    #[cold]
+    #[inline(never)]
+    fn enter_slow() -> Section {
+        if SLOT.with(Cell::get).addr() != GONE
+            && OWNER
+                .try_with(|owner| SLOT.with(|slot| slot.set(Arc::as_ptr(&owner.slot))))
+                .is_ok()
+        {
+            return enter();
+        }
+        // SeqCst: a section's number and its barrier in one operation.
+        STRAGGLERS.fetch_add(1, Ordering::SeqCst);
+        Section {
+            slot: ptr::without_provenance(GONE),
         }
     }
 
-    impl Local {
-        /// Marks this thread's slot with a fresh number, unless it already is (nested checks).
-        #[inline(always)]
-        fn enter(&self) {
-            let depth = self.depth.get();
-            self.depth.set(depth + 1);
-            if depth > 0 {
-                return;
-            }
-            // Never 0 (which reads as "outside"), and never the previous section's number.
-            let number = self.last.get().wrapping_add(1).max(1);
-            self.last.set(number);
-            // Release: a change that waits for the last section to end may read this number
-            // rather than the 0 that ended it; reading it must order that section's reads
-            // before the free just the same. (Ordered before this section's loads by the
-            // barrier below.)
-            self.slot.section.store(number, Ordering::Release);
-            if KERNEL_BARRIER.get() == Some(&true) {
-                // The kernel runs the full barrier on this thread when a change asks for it.
-                compiler_fence(Ordering::SeqCst);
-            } else {
-                // SeqCst: the store above before this section's loads, against the change's
-                // own SeqCst fence (store-load ordering on both sides).
-                fence(Ordering::SeqCst);
-            }
-        }
-
-        #[inline(always)]
-        fn leave(&self) {
-            let depth = self.depth.get() - 1;
-            self.depth.set(depth);
-            if depth == 0 {
-                // Release: this section's reads of a cell happen before a change that reads the
-                // cleared slot frees it.
-                self.slot.section.store(0, Ordering::Release);
-            }
-        }
-    }
-
-    /// An open section: marked in this thread's slot, or (null) counted among the stragglers.
-    /// The raw pointer also keeps it on its thread (not `Send`).
+    /// An open section: this thread's slot, null for a nested one (nothing to close), or
+    /// [`GONE`] for a straggler. The raw pointer also keeps it on its thread (not `Send`).
     pub(crate) struct Section {
-        local: *const Local,
+        slot: *const Slot,
     }
 
     impl Drop for Section {
         #[inline(always)]
         fn drop(&mut self) {
-            if self.local.is_null() {
-                // Release: as a slot's clearing.
+            if self.slot.is_null() {
+                return;
+            }
+            if self.slot.addr() == GONE {
+                // Release: as a slot's closing.
                 STRAGGLERS.fetch_sub(1, Ordering::Release);
                 return;
             }
-            // SAFETY: this thread's thread-local, alive when the section opened; it is destroyed
-            // only as this thread exits, which cannot happen inside a check, and the section
-            // never leaves the thread.
-            unsafe { &*self.local }.leave();
-        }
-    }
-
-    /// A check on a thread whose slot is already gone (in a thread-local destructor).
-    #[cold]
-    fn straggle() -> Section {
-        // SeqCst: a section's number and its barrier in one operation.
-        STRAGGLERS.fetch_add(1, Ordering::SeqCst);
-        Section {
-            local: core::ptr::null(),
+            // SAFETY: this thread's slot, alive when the section opened; it is freed only after
+            // this thread's `OWNER` is destroyed, as the thread exits, which cannot happen inside
+            // a check, and the section never leaves the thread.
+            let slot = unsafe { &*self.slot };
+            // Relaxed: only this thread writes its slot.
+            let open = slot.section.load(Ordering::Relaxed);
+            // Release: this section's reads of a cell happen before a change that reads the
+            // closed slot frees it.
+            slot.section.store(open + 1, Ordering::Release);
         }
     }
 
@@ -201,15 +225,21 @@ mod grace {
     /// finished; `false` if this thread is itself in a check (a clock that changes a quota), in
     /// which case nothing may be freed yet.
     pub(crate) fn synchronize() -> bool {
-        let nested = LOCAL
-            .try_with(|local| local.depth.get() > 0)
-            .unwrap_or(true);
+        let own = SLOT.with(Cell::get);
+        let nested = match own.addr() {
+            0 => false,
+            // A thread whose slot is gone may be a straggler itself: it cannot wait for them.
+            GONE => true,
+            // SAFETY: as in `enter`; this thread's own slot. Relaxed: only this thread writes it.
+            _ => Slot::is_open(unsafe { &*own }.section.load(Ordering::Relaxed)),
+        };
         if nested {
             return false;
         }
         if KERNEL_BARRIER.get() == Some(&true) {
-            // Sections took only a compiler fence: without the kernel's barrier nothing may be
-            // freed (it does not fail once registered; were it to, the cells wait for the next).
+            // Sections may take only a compiler fence: without the kernel's barrier nothing may
+            // be freed (it does not fail once registered; were it to, the cells wait for the
+            // next).
             if !kernel::barrier() {
                 return false;
             }
@@ -220,9 +250,9 @@ mod grace {
         let slots: Vec<Arc<Slot>> = SLOTS.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let backoff = Backoff::new();
         for slot in &slots {
-            // Acquire: pairs with a section's Release on leaving, or on entering the next one.
+            // Acquire: pairs with a section's Release on closing, or on opening the next one.
             let seen = slot.section.load(Ordering::Acquire);
-            if seen == 0 {
+            if !Slot::is_open(seen) {
                 continue;
             }
             while slot.section.load(Ordering::Acquire) == seen {

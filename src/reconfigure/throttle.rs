@@ -26,7 +26,7 @@ impl<C: Clock> Content for Throttle<C> {
         Throttle::quota(self).burst()
     }
 
-    #[inline]
+    #[inline(always)]
     fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
         Throttle::check_live(self, n, retired)
     }

@@ -137,6 +137,14 @@ impl<C: Clock> SlidingWindowLog<C> {
 
     /// [`SlidingWindowLog::run`] with the ring locked: the caller holds `ring`.
     fn run_locked(&self, ring: &mut Ring, n: u32) -> Decision {
+        self.run_locked_inline(ring, n)
+    }
+
+    /// [`SlidingWindowLog::run_locked`], inlined where the decision is wrapped on its way out
+    /// ([`SlidingWindowLog::check_live`]): built in place, instead of built in a temporary and
+    /// copied (a copy that stalls on forwarding the temporary's narrower stores).
+    #[inline(always)]
+    fn run_locked_inline(&self, ring: &mut Ring, n: u32) -> Decision {
         let n = n as usize;
         // The clock is read under the lock: a reading taken before it could be older than entries
         // another thread has since dropped, and admit on a window that no longer holds.
@@ -151,6 +159,7 @@ impl<C: Clock> SlidingWindowLog<C> {
     /// The check of a log that a reconfiguration may retire, for `n <= limit`: `None` once
     /// `retired` is set, which a change does under the ring's lock.
     #[cfg(feature = "std")]
+    #[inline(always)]
     pub(crate) fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
         // A panic cannot leave the ring half-updated in a way that over-admits (indices move only
         // after the writes), so a poisoned lock is still usable.
@@ -159,7 +168,7 @@ impl<C: Clock> SlidingWindowLog<C> {
         if retired.load(Ordering::Relaxed) {
             return None;
         }
-        Some(self.run_locked(&mut ring, n))
+        Some(self.run_locked_inline(&mut ring, n))
     }
 
     /// Takes the log out of use (`retired` set, under its lock) and carries its admission times
@@ -209,6 +218,7 @@ impl<C: Clock> SlidingWindowLog<C> {
 
     /// The decision at `read` for `n <= limit`, with the ring locked. A reading behind the latest
     /// one is decided at the latest (a stalled clock); its waits count the difference.
+    #[inline(always)]
     fn decide(&self, ring: &mut Ring, read: u64, n: usize) -> Decision {
         let now = read.max(ring.latest);
         ring.latest = now;

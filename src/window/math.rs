@@ -32,6 +32,8 @@
 //! from the reading itself: the distance back to that window's start is added, so waiting them is
 //! enough and a denial never advertises zero. A reading before the epoch is the same case.
 
+use core::num::NonZeroU64;
+
 use crate::decision::{Decision, Detail, count32};
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
@@ -127,6 +129,18 @@ impl WindowParams {
         u64::try_from(windows * u128::from(self.window)).unwrap_or(u64::MAX)
     }
 
+    /// ns from a reading `elapsed` ns into window `k` (and `before_epoch` ns before the epoch)
+    /// to the start of the stored window ahead of it, where it is decided as a stalled clock
+    /// would decide it. Rare (a clock step back, a stale reading): kept out of the hot path.
+    #[cold]
+    #[inline(never)]
+    fn behind(&self, stored: u64, k: u64, elapsed: u64, before_epoch: u64, mask: u64) -> u64 {
+        let back = u128::from(stored.wrapping_sub(k) & mask);
+        let behind =
+            back * u128::from(self.window) - u128::from(elapsed) + u128::from(before_epoch);
+        u64::try_from(behind).unwrap_or(u64::MAX)
+    }
+
     /// Where `now` falls against the stored window index.
     #[inline]
     fn position(&self, stored: u64, now: u64, counts: u32) -> Position {
@@ -138,11 +152,11 @@ impl WindowParams {
         let (step, elapsed, behind) = if d == 0 {
             (Move::Same, elapsed, before_epoch)
         } else if d > mask >> 1 {
-            // Behind the stored window by `back` windows: decide at its start, as a stalled clock.
-            let back = u128::from(stored.wrapping_sub(k) & mask);
-            let behind =
-                back * u128::from(self.window) - u128::from(elapsed) + u128::from(before_epoch);
-            (Move::Same, 0, u64::try_from(behind).unwrap_or(u64::MAX))
+            (
+                Move::Same,
+                0,
+                self.behind(stored, k, elapsed, before_epoch, mask),
+            )
         } else if d == 1 {
             (Move::Next, elapsed, 0)
         } else {
@@ -177,40 +191,118 @@ struct Position {
     behind: u64,
 }
 
-/// What a window step decides: the word to store (if any) and the figures.
+/// What a window step carries out of the CAS loop, in two words (so in registers, `Option`
+/// included): where the reading fell in the decision's window, the counts the request was decided
+/// on and the verdict. The figures (what remains, the waits) are worked out from them once the
+/// loop is done ([`WindowAnswer::decision`]), so the loop and its retries do not.
+///
+/// `at` is the ns elapsed in the window, or with [`WindowAnswer::BEHIND`] set the ns the reading
+/// is behind the instant decided at (a reading behind the stored window, or before the epoch):
+/// one of the two is always 0, since such a reading is decided at its window's start.
+///
+/// `meta`, low to high:
+///
+/// | bits | what |
+/// |---|---|
+/// | 0 to 60 | the counts: a fixed window's count after the request; a sliding window's current count (after the request) in bits 0 to 19, previous count in bits 20 to 39, and the request's size in bits 40 to 59 |
+/// | 61 | [`WindowAnswer::BEHIND`]: `at` is the distance behind, elapsed is 0 |
+/// | 62 | [`WindowAnswer::ALLOWED`]: the request passed |
+/// | 63 | always set, so that `meta` is never 0 (a niche for `Option`) |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WindowOutcome {
-    pub(crate) allowed: bool,
-    pub(crate) word: Option<u64>,
-    pub(crate) remaining: u64,
-    pub(crate) retry_ns: u64,
-    pub(crate) reset_ns: u64,
+pub struct WindowAnswer {
+    at: u64,
+    meta: NonZeroU64,
 }
 
-impl WindowOutcome {
-    /// The outcome as a `StateCell` step answering a `Decision`.
-    #[inline]
-    pub(crate) fn into_step(self, resolution: u64, limit: u64) -> Step<Decision> {
-        let d = Decision::new(
-            self.allowed,
+impl WindowAnswer {
+    const COUNTS: u64 = (1 << 61) - 1;
+    const BEHIND: u64 = 1 << 61;
+    const ALLOWED: u64 = 1 << 62;
+    const SET: u64 = 1 << 63;
+    /// A sliding window's counts: each below 2^20 ([`WindowParams::MAX_SLIDING_LIMIT`]).
+    const SLIDING_BITS: u32 = 20;
+
+    #[inline(always)]
+    fn new(allowed: bool, at: &Position, counts: u64) -> WindowAnswer {
+        // A reading behind the instant decided at is decided at its window's start.
+        debug_assert!(at.behind == 0 || at.elapsed == 0);
+        let (at, behind) = if at.behind == 0 {
+            (at.elapsed, 0)
+        } else {
+            (at.behind, Self::BEHIND)
+        };
+        let allowed = if allowed { Self::ALLOWED } else { 0 };
+        WindowAnswer {
+            at,
+            // `SET` is in it.
+            meta: NonZeroU64::new(Self::SET | allowed | behind | (counts & Self::COUNTS))
+                .unwrap_or(NonZeroU64::MAX),
+        }
+    }
+
+    /// Whether the request passed.
+    #[inline(always)]
+    pub(crate) fn is_allowed(&self) -> bool {
+        self.meta.get() & Self::ALLOWED != 0
+    }
+
+    /// The ns elapsed in the window, and the ns the reading is behind the instant decided at.
+    #[inline(always)]
+    fn elapsed_behind(&self) -> (u64, u64) {
+        if self.meta.get() & Self::BEHIND == 0 {
+            (self.at, 0)
+        } else {
+            (0, self.at)
+        }
+    }
+
+    #[inline(always)]
+    fn counts(&self) -> u64 {
+        self.meta.get() & Self::COUNTS
+    }
+
+    /// The decision with `counts` counts per word (1: fixed, 2: sliding), waits rounded up to
+    /// `resolution`.
+    #[inline(always)]
+    pub(crate) fn decision(self, counts: u32, p: &WindowParams, resolution: u64) -> Decision {
+        let figures = if counts == 1 {
+            fixed_figures(self, p)
+        } else {
+            sliding_figures(self, p)
+        };
+        Decision::new(
+            self.is_allowed(),
             resolution,
             Detail::Eager {
-                remaining: count32(self.remaining),
-                retry_ns: self.retry_ns,
-                reset_ns: self.reset_ns,
-                limit: count32(limit),
+                remaining: count32(figures.remaining),
+                retry_ns: figures.retry_ns,
+                reset_ns: figures.reset_ns,
+                limit: count32(p.limit),
             },
-        );
-        match self.word {
-            Some(new) => Step::Store(d, new),
-            None => Step::Keep(d),
-        }
+        )
+    }
+}
+
+/// A decision's figures.
+struct Figures {
+    remaining: u64,
+    retry_ns: u64,
+    reset_ns: u64,
+}
+
+/// The verdict as a `StateCell` step: `word` stored when `store`, else kept.
+#[inline(always)]
+fn verdict(answer: WindowAnswer, word: u64, store: bool) -> Step<WindowAnswer> {
+    if store {
+        Step::Store(answer, word)
+    } else {
+        Step::Keep(answer)
     }
 }
 
 /// One fixed-window step for `n <= limit` at `now`.
-#[inline]
-pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
+#[inline(always)]
+pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<WindowAnswer> {
     let cb = p.count_bits;
     let count_mask = (1u64 << cb) - 1;
     let (stored, count) = (word >> cb, word & count_mask);
@@ -220,25 +312,36 @@ pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutc
         Move::Same => (at.index, count),
         Move::Next | Move::Later => (at.index, 0),
     };
-    let to_end = p.left_in_window(at.elapsed).saturating_add(at.behind);
     let n = u64::from(n);
     // A new window is written even by a peek or a denial, so that a later reading from behind it
     // cannot decide in the window before.
     let rolled = index != stored;
     if count + n <= p.limit {
         let after = count + n;
-        WindowOutcome {
-            allowed: true,
-            word: (n > 0 || rolled).then_some((index << cb) | after),
-            remaining: p.limit - after,
+        let answer = WindowAnswer::new(true, &at, after);
+        verdict(answer, (index << cb) | after, n > 0 || rolled)
+    } else {
+        let answer = WindowAnswer::new(false, &at, count);
+        verdict(answer, (index << cb) | count, rolled)
+    }
+}
+
+/// The figures of a fixed-window answer.
+#[inline(always)]
+fn fixed_figures(answer: WindowAnswer, p: &WindowParams) -> Figures {
+    let count = answer.counts();
+    let (elapsed, behind) = answer.elapsed_behind();
+    let to_end = p.left_in_window(elapsed).saturating_add(behind);
+    let remaining = p.limit.saturating_sub(count);
+    if answer.is_allowed() {
+        Figures {
+            remaining,
             retry_ns: 0,
-            reset_ns: if after == 0 { 0 } else { to_end },
+            reset_ns: if count == 0 { 0 } else { to_end },
         }
     } else {
-        WindowOutcome {
-            allowed: false,
-            word: rolled.then_some((index << cb) | count),
-            remaining: p.limit - count,
+        Figures {
+            remaining,
             retry_ns: to_end,
             reset_ns: to_end,
         }
@@ -249,7 +352,7 @@ pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutc
 /// by how much of it still overlaps the last `W` ns, plus the current count, must stay within the
 /// limit: `previous × (W - elapsed) + (current + n) × W <= limit × W`.
 #[inline(always)]
-pub(crate) fn sliding(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOutcome {
+pub(crate) fn sliding(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<WindowAnswer> {
     let cb = p.count_bits;
     let count_mask = (1u64 << cb) - 1;
     let (stored, previous, current) = (
@@ -263,39 +366,57 @@ pub(crate) fn sliding(word: u64, now: u64, n: u32, p: &WindowParams) -> WindowOu
         Move::Next => (at.index, current, 0),
         Move::Later => (at.index, 0, 0),
     };
-    let elapsed = at.elapsed;
     let w = u128::from(p.window);
-    let weighted = u128::from(previous) * (w - u128::from(elapsed));
+    let weighted = u128::from(previous) * (w - u128::from(at.elapsed));
     let n = u64::from(n);
     // A peek always passes.
     let passes = n == 0 || weighted + u128::from(current + n) * w <= u128::from(p.limit) * w;
+    // As in `fixed`: a new window is written even by a peek or a denial.
+    let rolled = index != stored;
+    let pack = |current: u64| (index << (2 * cb)) | (previous << cb) | current;
+    let counts = |current: u64| {
+        let b = WindowAnswer::SLIDING_BITS;
+        (n << (2 * b)) | (previous << b) | current
+    };
+    if passes {
+        let answer = WindowAnswer::new(true, &at, counts(current + n));
+        verdict(answer, pack(current + n), n > 0 || rolled)
+    } else {
+        let answer = WindowAnswer::new(false, &at, counts(current));
+        verdict(answer, pack(current), rolled)
+    }
+}
+
+/// The figures of a sliding-window-counter answer.
+#[inline(always)]
+fn sliding_figures(answer: WindowAnswer, p: &WindowParams) -> Figures {
+    let b = WindowAnswer::SLIDING_BITS;
+    let mask = (1u64 << b) - 1;
+    let counts = answer.counts();
+    let (current, previous, n) = (
+        counts & mask,
+        (counts >> b) & mask,
+        (counts >> (2 * b)) & mask,
+    );
+    let (elapsed, behind) = answer.elapsed_behind();
+    let w = u128::from(p.window);
     // Whole admissions left now: limit - current - ceil(weighted / W).
+    let weighted = u128::from(previous) * (w - u128::from(elapsed));
     let used = u128::from(current) + weighted.div_ceil(w);
     let remaining = u128::from(p.limit).saturating_sub(used) as u64;
     // When the request passes if nobody else comes: the weight falls as the window moves on; past
     // this window's end the current count becomes the previous one.
     let to_end = p.left_in_window(elapsed);
-    // As in `fixed`: a new window is written even by a peek or a denial.
-    let rolled = index != stored;
-    let pack = |current: u64| (index << (2 * cb)) | (previous << cb) | current;
-    if passes {
-        let after = current + n;
-        let used_after = u128::from(after) + weighted.div_ceil(w);
-        WindowOutcome {
-            allowed: true,
-            word: (n > 0 || rolled).then_some(pack(after)),
-            remaining: u128::from(p.limit).saturating_sub(used_after) as u64,
-            retry_ns: 0,
-            reset_ns: reset_after(previous, after, to_end, p).saturating_add(at.behind),
-        }
+    let reset_ns = reset_after(previous, current, to_end, p).saturating_add(behind);
+    let retry_ns = if answer.is_allowed() {
+        0
     } else {
-        WindowOutcome {
-            allowed: false,
-            word: rolled.then_some(pack(current)),
-            remaining,
-            retry_ns: wait_sliding(previous, current, n, elapsed, p).saturating_add(at.behind),
-            reset_ns: reset_after(previous, current, to_end, p).saturating_add(at.behind),
-        }
+        wait_sliding(previous, current, n, elapsed, p).saturating_add(behind)
+    };
+    Figures {
+        remaining,
+        retry_ns,
+        reset_ns,
     }
 }
 
