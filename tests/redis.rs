@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use atomic_limiter::redis::{
     FailurePolicy, LeaseOptions, Leased, RedisGcra, RedisOptions, RedisStore,
 };
-use atomic_limiter::{DecidedBy, Quota};
+use atomic_limiter::{Carry, DecidedBy, Quota};
 
 #[path = "../src/redis/test_server.rs"]
 mod redis_server;
@@ -127,31 +127,70 @@ fn a_quota_changed_at_run_time_carries_the_debt_as_time() {
             k
         };
         assert_eq!(admitted(l.clone(), 8).await, 5);
-        other.set_quota("q", hourly(1, 10)).unwrap();
+        other.set_quota("q", hourly(1, 10), Carry::Debt).unwrap();
         assert_eq!(
             admitted(l.clone(), 8).await,
             5,
             "five more: the debt is five hours"
         );
-        l.set_quota("q", hourly(1, 3)).unwrap();
+        l.set_quota("q", hourly(1, 3), Carry::Debt).unwrap();
         let d = l.check("alice").await;
         assert!(d.is_denied() && d.limit() == 3, "{d:?}");
         // Ten hours of debt, three of tolerance: the next token in seven hours and then some.
         let wait = d.retry_after().as_secs_f64() / 3600.0;
         assert!((7.99..=8.0).contains(&wait), "{d:?}");
         // Into units of 1/7000 µs and back: the instant is kept to the microsecond.
-        l.set_quota("q", hourly(7, 21)).unwrap();
+        l.set_quota("q", hourly(7, 21), Carry::Debt).unwrap();
         let seven = l.check_n("alice", 0).await.unwrap();
-        l.set_quota("q", hourly(1, 3)).unwrap();
+        l.set_quota("q", hourly(1, 3), Carry::Debt).unwrap();
         let back = l.check("alice").await;
         let drift = back.reset_after().abs_diff(d.reset_after());
         assert!(drift <= Duration::from_millis(50), "{d:?} then {back:?}");
         assert!(seven.reset_after().abs_diff(d.reset_after()) <= Duration::from_millis(50));
         // Refused changes leave the quota as it was.
-        assert!(l.set_quota("nope", hourly(1, 1)).is_err());
+        assert!(l.set_quota("nope", hourly(1, 1), Carry::Debt).is_err());
         let month = Quota::with_period(Duration::from_secs(30 * 86_400)).with_burst(2);
-        assert!(l.set_quota("q", month).is_err());
+        assert!(l.set_quota("q", month, Carry::Debt).is_err());
         assert_eq!(l.check("alice").await.limit(), 3);
+    });
+}
+
+/// A proportional carry: a subject that spent two of five takes four of ten, one that spent all
+/// of five all of ten, one never seen starts full; the share is taken once (a second change back
+/// and forth to the same quota keeps what was spent, as a share of each).
+#[test]
+fn a_quota_changed_with_a_proportional_carry_keeps_the_share() {
+    let _one_at_a_time = timed();
+    let test = "a_quota_changed_with_a_proportional_carry_keeps_the_share";
+    let Some(server) = RedisServer::start(test) else {
+        return;
+    };
+    runtime().block_on(async {
+        let hourly = |n, burst| Quota::try_new(n, Duration::from_secs(3600), burst).unwrap();
+        let l = limiter(&server.url(), hourly(1, 5), RedisOptions::default()).await;
+        let admitted = |l: RedisGcra, subject: &'static str, n| async move {
+            let mut k = 0;
+            for _ in 0..n {
+                k += usize::from(l.check(subject).await.is_allowed());
+            }
+            k
+        };
+        assert_eq!(admitted(l.clone(), "bob", 2).await, 2);
+        assert_eq!(admitted(l.clone(), "alice", 8).await, 5);
+        l.set_quota("q", hourly(1, 10), Carry::Proportional)
+            .unwrap();
+        let peek = l.check_n("bob", 0).await.unwrap();
+        assert_eq!((peek.remaining(), peek.limit()), (6, 10), "{peek:?}");
+        assert_eq!(admitted(l.clone(), "bob", 20).await, 6);
+        assert_eq!(admitted(l.clone(), "alice", 20).await, 0);
+        assert_eq!(admitted(l.clone(), "carol", 20).await, 10);
+        // Half of a fresh subject's ten, then to five and back: half of each, not half again.
+        assert_eq!(admitted(l.clone(), "dave", 5).await, 5);
+        l.set_quota("q", hourly(1, 4), Carry::Proportional).unwrap();
+        assert_eq!(l.check_n("dave", 0).await.unwrap().remaining(), 2);
+        l.set_quota("q", hourly(1, 10), Carry::Proportional)
+            .unwrap();
+        assert_eq!(l.check_n("dave", 0).await.unwrap().remaining(), 5);
     });
 }
 

@@ -3,17 +3,23 @@
 -- KEYS[i]  the subject's key for limit i (all in one hash slot: the caller puts the subject in a
 --          {hash tag}).
 -- ARGV     mode (0: all n or nothing; 1: grant up to n), n, then for each limit: token, burst,
---          denom. Time is counted in units of 1/denom us; one token is `token` units.
+--          denom, carry. Time is counted in units of 1/denom us; one token is `token` units.
+--          carry says what a state written under another quota becomes (0: the debt as time;
+--          1: the same share of the window).
 --
 -- Lua numbers are doubles, so every quantity is kept an exact integer below 2^53: the clock is
--- whole microseconds since the Unix epoch (about 2^51 today); the TAT is stored as two doubles,
--- whole microseconds and a remainder in units, packed with the units' denom in 24 bytes (16 bytes,
--- without the denom, as earlier versions wrote: the denom is then this call's); and every
--- difference (debt, cost, window) is in units, below 2^52 because the caller keeps each window
--- below 2^51 units. A TAT written under another quota (another denom) keeps its instant: its
--- remainder is rescaled to this call's units, rounded up, so a quota changed at run time carries
--- the debt over as time.
+-- whole microseconds since the Unix epoch (about 2^51 today); the TAT is stored as doubles, whole
+-- microseconds and a remainder in units, packed with the quota it was written under (denom,
+-- token, burst) in 40 bytes (24 bytes with the denom alone, and 16 without it, as earlier versions
+-- wrote: the quota is then unknown, and the debt carries as time); and every difference (debt,
+-- cost, window) is in units, below 2^52 because the caller keeps each window below 2^51 units.
 -- Integer division of such numbers is exact: floor(a / b) for a, b < 2^53 is never off by one.
+--
+-- A TAT written under another quota is carried over when the subject is next seen (no pass over
+-- every subject could keep up with live calls): as time, its remainder rescaled to this call's
+-- units, rounded up; or as the share of the old window in use then, rounded up in this call's
+-- units, a debt past the whole old window counting as an empty limit. A share is carried once:
+-- the carried state is written, a refusal or a peek included.
 --
 -- Reply: { allowed (1 or 0; 2 when n exceeds a limit's burst), granted, remaining, retry_us
 -- (rounded up), reset_us (rounded up), index of the limit that binds (or whose burst n exceeds) }.
@@ -23,17 +29,63 @@ local function server_now()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- floor(a * b / c) and whether it was exact, for integers a < c and b, c below 2^52, where the
+-- product would lose bits as a double: a binary long division of the product (held as 26-bit
+-- halves) whose running remainder stays below 2^53.
+local function muldiv_ceil(a, b, c)
+  local h = 67108864 -- 2^26
+  local a1, a0 = math.floor(a / h), a % h
+  local b1, b0 = math.floor(b / h), b % h
+  -- The product in base 2^26, low digit first; each digit below 2^53 before its carry.
+  local d0 = a0 * b0
+  local d1 = a1 * b0 + math.floor(d0 / h)
+  d0 = d0 % h
+  local d2 = math.floor(d1 / h)
+  d1 = d1 % h
+  d1 = d1 + a0 * b1
+  d2 = d2 + math.floor(d1 / h)
+  d1 = d1 % h
+  d2 = d2 + a1 * b1
+  local d3 = math.floor(d2 / h)
+  d2 = d2 % h
+  local q, r = 0, 0
+  for _, digit in ipairs({ d3, d2, d1, d0 }) do
+    for bit = 25, 0, -1 do
+      local p = 2 ^ bit
+      r = r * 2 + math.floor(digit / p) % 2
+      q = q * 2
+      if r >= c then
+        r, q = r - c, q + 1
+      end
+    end
+  end
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+-- Milliseconds until a debt of `units` (of 1/d us) is paid: the key's expiry, when the limit is
+-- full again.
+local function expiry(units, d)
+  local ms = d * 1000
+  return math.max(1, math.floor((units + ms - 1) / ms))
+end
+
 local now = server_now()
 local mode = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local count = #KEYS
--- Each limit's figures, six to a limit: token, window, denom, debt, and where new debt starts.
+-- Each limit's figures, seven to a limit: token, window, denom, debt, where new debt starts (whole
+-- microseconds and remainder), and the burst.
 local L = {}
 local grant = n
 
+-- Limits whose state was carried over as a share, to be written whatever the decision.
+local carried = {}
+
 for i = 1, count do
-  local a = 3 * i
+  local a = 4 * i - 1
   local token, burst, d = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local share = tonumber(ARGV[a + 3]) == 1
   if mode == 0 and n > burst then
     return { 2, 0, 0, 0, 0, i }
   end
@@ -41,15 +93,32 @@ for i = 1, count do
   -- A TAT at or behind now is a full limit: new debt starts from now.
   local ahead, base_us, base_rem = 0, now, 0
   local stored = redis.call('GET', KEYS[i])
-  if stored and (#stored == 16 or #stored == 24) then
-    local us, rem, from = 0, 0, d
-    if #stored == 24 then
+  if stored and (#stored == 16 or #stored == 24 or #stored == 40) then
+    local us, rem, from, old_token, old_burst = 0, 0, d, token, burst
+    if #stored == 40 then
+      us, rem, from, old_token, old_burst = struct.unpack('ddddd', stored)
+    elseif #stored == 24 then
       us, rem, from = struct.unpack('ddd', stored)
     else
       us, rem = struct.unpack('dd', stored)
     end
-    if from ~= d and from > 0 then
-      -- rem < from <= 128000 and d <= 128000: the product is exact.
+    local other = from ~= d or old_token ~= token or old_burst ~= burst
+    if share and other and #stored == 40 and from > 0 then
+      -- The share of the old window in use now, of the new window, rounded up.
+      local du = us - now
+      if du > 0 or (du == 0 and rem > 0) then
+        local old_window = old_burst * old_token
+        local old_ahead = du * from + rem
+        local new_ahead = window
+        if old_ahead < old_window then
+          new_ahead = muldiv_ceil(old_ahead, window, old_window)
+        end
+        local whole = math.floor(new_ahead / d)
+        us, rem = now + whole, new_ahead - whole * d
+        carried[i] = true
+      end
+    elseif from ~= d and from > 0 then
+      -- As time: rem < from <= 128000 and d <= 128000, so the product is exact.
       rem = math.floor((rem * d + from - 1) / from)
       if rem >= d then
         us, rem = us + 1, rem - d
@@ -66,8 +135,9 @@ for i = 1, count do
       ahead, base_us, base_rem = du * d + rem, us, rem
     end
   end
-  local o = 6 * i
-  L[o - 5], L[o - 4], L[o - 3], L[o - 2], L[o - 1], L[o] = token, window, d, ahead, base_us, base_rem
+  local o = 7 * i
+  L[o - 6], L[o - 5], L[o - 4], L[o - 3], L[o - 2], L[o - 1], L[o] =
+    token, window, d, ahead, base_us, base_rem, burst
   if mode == 1 then
     local k = 0
     if window > ahead then k = math.floor((window - ahead) / token) end
@@ -86,25 +156,28 @@ if mode == 1 then
   end
 elseif n > 0 then
   for i = 1, count do
-    local o = 6 * i
-    if L[o - 2] + take * L[o - 5] > L[o - 4] then allowed = 0 end
+    local o = 7 * i
+    if L[o - 3] + take * L[o - 6] > L[o - 5] then allowed = 0 end
   end
 end
 
 local remaining, retry, reset, binding = -1, 0, 0, 1
 for i = 1, count do
-  local o = 6 * i
-  local token, window, d, ahead = L[o - 5], L[o - 4], L[o - 3], L[o - 2]
+  local o = 7 * i
+  local token, window, d, ahead = L[o - 6], L[o - 5], L[o - 4], L[o - 3]
   local after = ahead + take * token
   local left, full = 0, 0
+  if allowed == 1 and take > 0 then
+    local rem = L[o - 1] + take * token
+    local whole = math.floor(rem / d)
+    redis.call('SET', KEYS[i], struct.pack('ddddd', L[o - 2] + whole, rem - whole * d, d, token,
+      L[o]), 'PX', expiry(after, d))
+  elseif carried[i] then
+    -- A share carried over is written once, so that it is not taken again from a later reading.
+    redis.call('SET', KEYS[i], struct.pack('ddddd', L[o - 2], L[o - 1], d, token, L[o]),
+      'PX', expiry(ahead, d))
+  end
   if allowed == 1 then
-    if take > 0 then
-      local rem = L[o] + take * token
-      local carry = math.floor(rem / d)
-      local ms = d * 1000
-      redis.call('SET', KEYS[i], struct.pack('ddd', L[o - 1] + carry, rem - carry * d, d),
-        'PX', math.floor((after + ms - 1) / ms))
-    end
     if window > after then left = math.floor((window - after) / token) end
     full = math.floor((after + d - 1) / d)
   else

@@ -16,6 +16,7 @@ use crate::gcra::Gcra;
 use crate::keyed::Keyed;
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
+use crate::reconfigure::Carry;
 
 /// A GCRA limiter shared by every node that uses the same store and prefix: each decision is one
 /// atomic script on the server, on the server's clock, so nodes' clocks never matter.
@@ -154,22 +155,39 @@ impl RedisGcra {
     }
 
     /// Changes the quota of the limit named `limit` from the next call on (calls under way
-    /// decide on the quota they started with). The state on the server is the instant each
-    /// subject's limit is full again, so what was spent carries over as time, as
-    /// [`Carry::Debt`](crate::Carry::Debt) does locally: a subject that spent its burst waits as
-    /// long as it would have; a debt past a smaller new burst is kept. A [`Leased`](crate::redis::Leased)
-    /// node takes the new quota up at its next refill. Every node changes its own limiter: nodes
-    /// that disagree decide each call on the quota they hold, on the one shared state.
+    /// decide on the quota they started with), each subject's state carried over as `carry`
+    /// says:
+    ///
+    /// * [`Carry::Debt`]: the state on the server is the instant each subject's limit is full
+    ///   again, so what was spent carries over as time: a subject that spent its burst waits as
+    ///   long as it would have; a debt past a smaller new burst is kept.
+    /// * [`Carry::Proportional`]: the share of the old burst in use, of the new burst, rounded up;
+    ///   a debt past the whole old burst counts as an empty limit.
+    ///
+    /// The script carries a subject over when it next sees it (a pass over every subject could
+    /// not keep up with live calls): a subject idle since the change has paid its debt down at the
+    /// old rate until then, so a share is taken of what is left of it at that call, not at the
+    /// change. Either way no subject is ever fuller than it was, and the carried state is written
+    /// once, so a share is never taken twice. A [`Leased`](crate::redis::Leased) node takes the new
+    /// quota up at its next refill. Every node changes its own limiter: nodes that disagree decide
+    /// each call on the quota they hold, on the one shared state.
     ///
     /// # Errors
     ///
     /// [`RedisConfigError::UnknownLimit`] if no limit has that name;
     /// [`RedisConfigError::WindowTooLong`] if the script cannot keep `quota` exact. The limits in
     /// force are then left as they were.
-    pub fn set_quota(&self, limit: &str, quota: Quota) -> Result<(), RedisConfigError> {
-        let script = ScriptQuota::new(&quota).ok_or_else(|| RedisConfigError::WindowTooLong {
-            limit: limit.into(),
-        })?;
+    pub fn set_quota(
+        &self,
+        limit: &str,
+        quota: Quota,
+        carry: Carry,
+    ) -> Result<(), RedisConfigError> {
+        let script = ScriptQuota::new(&quota)
+            .ok_or_else(|| RedisConfigError::WindowTooLong {
+                limit: limit.into(),
+            })?
+            .carrying(carry);
         let mut limits = self
             .inner
             .limits

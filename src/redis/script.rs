@@ -8,6 +8,7 @@
 
 use crate::decision::{DecidedBy, Decision, Detail};
 use crate::quota::Quota;
+use crate::reconfigure::Carry;
 
 /// The script's source, as the server runs it.
 pub(crate) const SOURCE: &str = include_str!("gcra.lua");
@@ -18,7 +19,7 @@ const NOW_LINE: &str = "local now = server_now()";
 
 /// The expiry of an admission's write.
 #[cfg(test)]
-const EXPIRY: &str = "floor((after + ms - 1) / ms)";
+const EXPIRY: &str = "math.floor((units + ms - 1) / ms))";
 
 /// The script with `now` taken from its last argument instead of `TIME`, so that a test can drive
 /// the server-side decision from a manual clock. Its writes expire an hour later than the
@@ -28,7 +29,7 @@ const EXPIRY: &str = "floor((after + ms - 1) / ms)";
 pub(crate) fn source_with_now_from_args() -> String {
     SOURCE
         .replace(NOW_LINE, "local now = tonumber(ARGV[#ARGV])")
-        .replace(EXPIRY, "floor((after + ms - 1) / ms) + 3600000")
+        .replace(EXPIRY, "math.floor((units + ms - 1) / ms)) + 3600000")
 }
 
 /// The largest window (a full burst's worth of time) the script accepts, in units: keeps every
@@ -43,12 +44,14 @@ pub(crate) enum Mode {
     UpTo = 1,
 }
 
-/// One limit's quota as the script's arguments.
+/// One limit's quota as the script's arguments, with what a state written under another quota
+/// becomes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ScriptQuota {
     token: u64,
     burst: u32,
     denom: u64,
+    carry: Carry,
 }
 
 impl ScriptQuota {
@@ -64,12 +67,22 @@ impl ScriptQuota {
             burst: quota.burst(),
             // scale <= 128: no overflow.
             denom: 1000 * scale,
+            carry: Carry::Debt,
         })
     }
 
-    /// The three arguments the script reads for this limit.
-    pub(crate) fn args(&self) -> [u64; 3] {
-        [self.token, u64::from(self.burst), self.denom]
+    /// This quota, a state written under another one carried over as `carry` says.
+    pub(crate) fn carrying(self, carry: Carry) -> ScriptQuota {
+        ScriptQuota { carry, ..self }
+    }
+
+    /// The four arguments the script reads for this limit.
+    pub(crate) fn args(&self) -> [u64; 4] {
+        let carry = match self.carry {
+            Carry::Debt => 0,
+            Carry::Proportional => 1,
+        };
+        [self.token, u64::from(self.burst), self.denom, carry]
     }
 }
 
@@ -149,8 +162,8 @@ mod tests {
     #[test]
     fn a_token_is_counted_in_the_local_gcra_units() {
         // 3 per second: 333 333 333 1/3 ns, kept as 1 000 000 000 / 3.
-        let [token, burst, denom] = ScriptQuota::new(&Quota::per_second(3)).unwrap().args();
-        assert_eq!((token, burst, denom), (1_000_000_000, 3, 3000));
+        let [token, burst, denom, carry] = ScriptQuota::new(&Quota::per_second(3)).unwrap().args();
+        assert_eq!((token, burst, denom, carry), (1_000_000_000, 3, 3000, 0));
     }
 
     #[test]

@@ -58,6 +58,60 @@ fn ceil_us(d: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(1000)).unwrap()
 }
 
+/// Quotas with long windows, up to the script's 2^51 units: hours and days per token.
+fn long_quota() -> impl Strategy<Value = Quota> {
+    (1u64..7, 1u64..100_000, 1u32..500)
+        .prop_map(|(rate, secs, burst)| {
+            Quota::try_new(rate, Duration::from_secs(secs), burst).expect("a valid quota")
+        })
+        .prop_filter("within the script's range", |q| {
+            ScriptQuota::new(q).is_some()
+        })
+}
+
+/// A subject's stored state, as the script packs it (40 bytes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stored {
+    us: u64,
+    rem: u64,
+    denom: u64,
+    token: u64,
+    burst: u64,
+}
+
+impl Stored {
+    /// Units (1/denom µs) ahead of `now_us`, 0 when behind.
+    fn ahead_at(&self, now_us: u64) -> u128 {
+        let tat = u128::from(self.us) * u128::from(self.denom) + u128::from(self.rem);
+        tat.saturating_sub(u128::from(now_us) * u128::from(self.denom))
+    }
+}
+
+/// The state stored under `key`, if any.
+fn stored(f: &mut Fixture, key: &str) -> Option<Stored> {
+    let bytes: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(&mut f.con).unwrap();
+    let bytes = bytes?;
+    assert_eq!(bytes.len(), 40, "the packed form");
+    let x: Vec<u64> = bytes
+        .chunks(8)
+        .map(|c| {
+            let v = f64::from_le_bytes(c.try_into().unwrap());
+            assert!(
+                v >= 0.0 && v.fract() == 0.0 && v < 9.1e15,
+                "an exact integer: {v}"
+            );
+            v as u64
+        })
+        .collect();
+    Some(Stored {
+        us: x[0],
+        rem: x[1],
+        denom: x[2],
+        token: x[3],
+        burst: x[4],
+    })
+}
+
 fn quota() -> impl Strategy<Value = Quota> {
     // Rates whose periods are whole ns, fractions of a ns, and fractions of a µs; bursts from 1.
     (
@@ -153,6 +207,73 @@ proptest! {
                     prop_assert_eq!(got, want, "step {} (n = {}, t = {} us)", i, n, t_us);
                 }
             }
+        }
+    }
+
+    /// A state written under one quota and read under another with a proportional carry becomes
+    /// exactly the share of the old window in use at that call, of the new window, rounded up in
+    /// the new units (a debt past the whole old window: the whole new one), and is written then:
+    /// the stored TAT is checked against that figure worked out in 128-bit integers, windows up to
+    /// the script's 2^51 units included (where the product is past a double's exact range), and
+    /// a later call under the same quota finds it unchanged. Working the product out in doubles
+    /// fails it.
+    #[test]
+    fn a_proportional_carry_takes_the_exact_share_once(
+        quotas in prop::collection::vec(prop_oneof![quota(), long_quota()], 2..4),
+        steps in prop::collection::vec((0u64..5_000_000_000, 0u32..45, 0u8..10), 1..30),
+    ) {
+        use crate::Carry;
+        let source = script::source_with_now_from_args();
+        let test = "a_proportional_carry_takes_the_exact_share_once";
+        let Some(mut f) = Fixture::start(test, &source, &quotas[0]) else {
+            return Ok(());
+        };
+        let mut t_us = 0u64;
+        for (i, &(advance, n, kind)) in steps.iter().enumerate() {
+            t_us += (advance % 1_000_000_007) >> (kind % 4 * 8);
+            if kind >= 7 {
+                let q = quotas[usize::from(kind) % quotas.len()];
+                f.quota = ScriptQuota::new(&q).unwrap().carrying(Carry::Proportional);
+                continue;
+            }
+            let now = EPOCH_US + t_us;
+            let before = stored(&mut f, "k");
+            let reply = f.call("k", Mode::AllOrNothing, n, Some(now));
+            let after = stored(&mut f, "k");
+            let [token, burst, d, _] = f.quota.args();
+            let window = u128::from(token) * u128::from(burst);
+            let Some(old) = before else { continue };
+            let same = old.denom == d && old.token == token && old.burst == burst;
+            let old_ahead = old.ahead_at(now);
+            if same || old_ahead == 0 {
+                continue;
+            }
+            // The carried debt, in the new units, exactly.
+            let old_window = u128::from(old.token) * u128::from(old.burst);
+            let carried = if old_ahead >= old_window {
+                window
+            } else {
+                (old_ahead * window).div_ceil(old_window)
+            };
+            let Reply::Decided { granted, .. } = reply else {
+                // Refused before any state is read: nothing carried, nothing written.
+                prop_assert_eq!(after, before);
+                continue;
+            };
+            let granted = u128::from(granted);
+            let new = after.expect("a carried state is written");
+            prop_assert_eq!((new.denom, new.token, new.burst), (d, token, burst));
+            prop_assert_eq!(
+                new.ahead_at(now),
+                carried + granted * u128::from(token),
+                "step {} at {} us: from {:?}",
+                i,
+                t_us,
+                old
+            );
+            // Taken once: a peek under the same quota changes nothing.
+            f.call("k", Mode::AllOrNothing, 0, Some(now));
+            prop_assert_eq!(stored(&mut f, "k"), Some(new));
         }
     }
 
