@@ -658,6 +658,71 @@ fn set_quota_racing_checks_loses_no_admission() {
     }
 }
 
+/// A key flood at the cap while the table's quota flips: three threads check four hot keys and
+/// flood new ones (the table fills and then refuses them), a fourth flips the quota between
+/// bursts of 100 and 50 at one rate, and a watcher reads `len()`. The table never holds more than
+/// its cap, no admission on a hot key is lost or made twice (exactly 100 per key once the quota
+/// is back and every key drained), and every key answers under the final quota.
+#[test]
+fn a_key_flood_at_the_cap_during_set_quota_stays_bounded_and_exact() {
+    use atomic_limiter::Carry;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    let big = Quota::per_second(10).with_burst(100);
+    let small = Quota::per_second(10).with_burst(50);
+    let cap = 64;
+    for round in 0..5 {
+        let table = Keyed::gcra_with_clock(big, cap, ManualClock::new());
+        let hot_admitted = AtomicUsize::new(0);
+        let (done, most) = (AtomicBool::new(false), AtomicUsize::new(0));
+        thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Relaxed) {
+                    most.fetch_max(table.len(), Relaxed);
+                }
+            });
+            s.spawn(|| {
+                let mut flips = 0u32;
+                while !done.load(Relaxed) || flips < 50 {
+                    let q = if flips % 2 == 0 { small } else { big };
+                    let _ = table.set_quota(q, Carry::Debt);
+                    flips += 1;
+                }
+            });
+            let flooders: Vec<_> = (0..3u64)
+                .map(|t| {
+                    let (table, hot_admitted) = (&table, &hot_admitted);
+                    s.spawn(move || {
+                        for i in 0..2_000u64 {
+                            if table.check_key(&(i % 4)).is_allowed() {
+                                hot_admitted.fetch_add(1, Relaxed);
+                            }
+                            let _ = table.check_key(&(1_000 + i * 3 + t));
+                        }
+                    })
+                })
+                .collect();
+            for f in flooders {
+                f.join().unwrap();
+            }
+            done.store(true, Relaxed);
+        });
+        assert!(most.load(Relaxed) <= cap, "round {round}: {most:?}");
+        assert!(table.len() <= cap);
+        let _ = table.set_quota(big, Carry::Debt);
+        let rest: usize = (0..4u64)
+            .map(|k| {
+                (0..200)
+                    .filter(|_| table.check_key(&k).is_allowed())
+                    .count()
+            })
+            .sum();
+        assert_eq!(hot_admitted.load(Relaxed) + rest, 400, "round {round}");
+        for k in 0..4u64 {
+            assert_eq!(table.check_key(&k).limit(), 100, "round {round}, key {k}");
+        }
+    }
+}
+
 /// Threads check one key on a frozen clock while another changes its quota back and forth
 /// (bursts of 100 and 50 at 10/s, the debt carried as time: every token costs the same time in
 /// both): every admission is counted in the state carried over, so once the quota is back to the

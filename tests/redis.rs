@@ -194,6 +194,67 @@ fn a_quota_changed_with_a_proportional_carry_keeps_the_share() {
     });
 }
 
+/// The server killed while a node checks and changes its quota: every call during the outage is
+/// decided by the failure policy within the deadline, the changes still take (they are the node's
+/// own), and once the server is back (its memory lost) a subject is decided on the store under
+/// the last quota, from full: exactly that burst.
+#[test]
+fn quota_changes_during_an_outage_take_effect_once_the_server_is_back() {
+    let _one_at_a_time = timed();
+    let test = "quota_changes_during_an_outage_take_effect_once_the_server_is_back";
+    let Some(mut server) = RedisServer::start(test) else {
+        return;
+    };
+    runtime().block_on(async {
+        let hourly = |n, burst| Quota::try_new(n, Duration::from_secs(3600), burst).unwrap();
+        let l = limiter(&server.url(), hourly(1, 5), options(FailurePolicy::Closed)).await;
+        let warm = Instant::now();
+        while l.check("warm").await.decided_by() != DecidedBy::Store {
+            assert!(
+                warm.elapsed() < Duration::from_secs(2),
+                "the store never answered"
+            );
+        }
+        assert!(l.check("bob").await.is_allowed());
+        server.kill();
+        for i in 0..40u32 {
+            let t = Instant::now();
+            let d = l.check("bob").await;
+            assert!(t.elapsed() <= DEADLINE + SLACK, "{:?}", t.elapsed());
+            assert!(
+                d.decided_by() == DecidedBy::FailClosed && d.is_denied(),
+                "call {i}: {d:?}"
+            );
+            let (q, carry) = if i % 2 == 0 {
+                (hourly(1, 4), Carry::Proportional)
+            } else {
+                (hourly(2, 9), Carry::Debt)
+            };
+            l.set_quota("q", q, carry).unwrap();
+        }
+        l.set_quota("q", hourly(1, 7), Carry::Proportional).unwrap();
+        server.restart();
+        let back = Instant::now();
+        let first = loop {
+            let d = l.check("bob").await;
+            if d.decided_by() == DecidedBy::Store {
+                break d;
+            }
+            assert!(
+                back.elapsed() < Duration::from_secs(5),
+                "the store never came back"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(first.is_allowed() && first.limit() == 7, "{first:?}");
+        let mut admitted = 1;
+        for _ in 0..20 {
+            admitted += usize::from(l.check("bob").await.is_allowed());
+        }
+        assert_eq!(admitted, 7);
+    });
+}
+
 #[test]
 fn several_limits_are_checked_together_in_one_slot() {
     let _one_at_a_time = timed();
