@@ -283,6 +283,11 @@ pub fn allow_subjects() -> Vec<Subject> {
         allow_loop("TokenBucket", Kind::Ours, TokenBucket::new(q)),
         allow_loop("Sharded<Gcra>", Kind::Ours, Sharded::gcra(q)),
         allow_loop(
+            "Gcra + CoarseClock",
+            Kind::Ours,
+            Gcra::with_clock(q, coarse()),
+        ),
+        allow_loop(
             "Sharded<Gcra> + CoarseClock",
             Kind::Ours,
             Sharded::gcra_with_clock(q, Sharded::<Gcra>::default_shard_count(), coarse()),

@@ -924,6 +924,27 @@ fn main() {
             Some(0.85),
             None,
         ),
+        // The row above cannot go below what the clock read alone costs against governor's whole
+        // check (each check reads the clock once); on a coarse clock, one load, the checks'
+        // own work shows.
+        target(
+            "Gcra + CoarseClock allow / governor check + coarse clock, round two",
+            ratio(
+                find(&allow, "Gcra + CoarseClock"),
+                find(&allow, "governor check + coarse clock"),
+            ),
+            Some(0.85),
+            None,
+        ),
+        target(
+            "QuantaClock::now alone / governor check (the floor of the row two above)",
+            ratio(
+                find(&floor, "QuantaClock::now"),
+                find(&allow, "governor check"),
+            ),
+            None,
+            None,
+        ),
     ];
     // Keyed: one key and 100 000 keys on one thread, and 2 threads on distinct keys.
     let mut keyed_rows = vec![];
