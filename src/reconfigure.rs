@@ -102,10 +102,15 @@ mod cell {
         /// change has taken yet.
         fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision>;
 
-        /// [`Content::check_live`] for one token, which every quota's burst holds.
+        /// [`Content::check_live`] for one token, which every quota's burst holds, answering
+        /// `again()` once `retired` is set. A content whose decision would be copied out of the
+        /// `Option` (one made out of line) makes it in place instead, where it is returned.
         #[inline(always)]
-        fn check_one_live(&self, retired: &AtomicBool) -> Option<Decision> {
-            self.check_live(1, retired)
+        fn check_one_or(&self, retired: &AtomicBool, again: impl FnOnce() -> Decision) -> Decision {
+            match self.check_live(1, retired) {
+                Some(d) => d,
+                None => again(),
+            }
         }
 
         /// Takes every state word out of use (`retired` set first, then each word changed by a
@@ -231,10 +236,20 @@ mod cell {
         #[inline(always)]
         pub(crate) fn check(&self) -> Decision {
             let _section = reclaim::enter();
-            let mut cell = self.load();
+            let cell = self.load();
+            // One token is within every quota's burst (a burst is at least 1).
+            cell.content
+                .check_one_or(&cell.retired, || self.check_after(cell))
+        }
+
+        /// [`Cells::check`] on the cells that replaced `old`, which a change retired under it;
+        /// the caller's section is still open.
+        #[cold]
+        #[inline(never)]
+        fn check_after(&self, old: &Cell<T>) -> Decision {
+            let mut cell = self.replacement_of(old);
             loop {
-                // One token is within every quota's burst (a burst is at least 1).
-                if let Some(decision) = cell.content.check_one_live(&cell.retired) {
+                if let Some(decision) = cell.content.check_live(1, &cell.retired) {
                     return decision;
                 }
                 cell = self.replacement_of(cell);

@@ -218,7 +218,7 @@ impl<L: KeyedLimiter> Sharded<L> {
         n: u32,
         local: Option<Decision>,
         check: impl Fn(&L, u32) -> Result<Decision, InsufficientCapacity>,
-        finish: impl Fn(Decision) -> R,
+        finish: impl FnOnce(Decision) -> R,
     ) -> R {
         let count = self.shards.len();
         let mut seen = Seen::default();
@@ -388,31 +388,41 @@ impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
         } else {
             None
         };
-        self.slow_live(home, n, local, retired)
+        self.slow_live(home, n, local, retired, |d| d)
     }
 
     /// [`Sharded::check_n_live`] for one token, as the plain [`Sharded::check`]: one token never
-    /// exceeds a share's burst, so the home shard is asked first with nothing to compare.
+    /// exceeds a share's burst, so the home shard is asked first with nothing to compare. Found
+    /// retired, it answers `again()` (the check on the limiter that replaced this one): so the
+    /// decision is made where it is returned, never built and then copied out of an `Option`.
     #[inline(always)]
-    pub(crate) fn check_one_live(&self, retired: &AtomicBool) -> Option<Decision> {
+    pub(crate) fn check_one_or(
+        &self,
+        retired: &AtomicBool,
+        again: impl FnOnce() -> Decision,
+    ) -> Decision {
         let home = home::home_slot() & self.mask;
-        let d = self.shards[home].check_live(1, retired)?;
+        let Some(d) = self.shards[home].check_live(1, retired) else {
+            return again();
+        };
         if d.is_allowed() {
-            return Some(d);
+            return d;
         }
-        self.slow_live(home, 1, Some(d), retired)
+        self.slow_live(home, 1, Some(d), retired, |d| d.unwrap_or_else(again))
     }
 
-    /// The cold path of [`Sharded::check_n_live`]: the other shards, then a gather.
+    /// The cold path of [`Sharded::check_n_live`]: the other shards, then a gather; the decision
+    /// (`None` when a shard was found retired) answered through `finish`.
     #[cold]
     #[inline(never)]
-    fn slow_live(
+    fn slow_live<R>(
         &self,
         home: usize,
         n: u32,
         local: Option<Decision>,
         retired: &AtomicBool,
-    ) -> Option<Decision> {
+        finish: impl FnOnce(Option<Decision>) -> R,
+    ) -> R {
         let gone = core::cell::Cell::new(false);
         let check = |l: &Limiter<A, C>, n: u32| {
             InsufficientCapacity::check(n, l.quota().burst())?;
@@ -427,7 +437,7 @@ impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
         // A refusal made after a shard was found retired may have missed tokens in the cell that
         // replaced this one: made again there.
         self.slow(home, n, local, check, |d| {
-            (d.is_allowed() || !gone.get()).then_some(d)
+            finish((d.is_allowed() || !gone.get()).then_some(d))
         })
     }
 

@@ -35,8 +35,8 @@ where
     }
 
     #[inline(always)]
-    fn check_one_live(&self, retired: &AtomicBool) -> Option<Decision> {
-        self.check_one_live(retired)
+    fn check_one_or(&self, retired: &AtomicBool, again: impl FnOnce() -> Decision) -> Decision {
+        Sharded::check_one_or(self, retired, again)
     }
 
     fn retire_into(&self, retired: &AtomicBool, new: &mut Self, carry: Carry, retire: bool) {
