@@ -286,12 +286,12 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        match self.check_key_n(key, 1) {
+        self.check_key_then(key, 1, |answer| match answer {
             Ok(d) => d,
             // Only a quota function can give a key a burst below 1, and quotas cannot: a request
             // that could never pass, refused with no wait that would help.
             Err(_) => Decision::never(0),
-        }
+        })
     }
 
     /// Asks for `n` tokens for `key`, all or nothing; `n = 0` peeks.
@@ -305,31 +305,51 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.check_key_then(key, n, |answer| answer)
+    }
+
+    /// [`Keyed::check_key_n`], its answer passed through `finish` where it is made: so that
+    /// [`Keyed::check_key`]'s decision is built where it is returned, not built in a `Result` and
+    /// then copied out of it (a copy of a decision just written with narrower stores, which stalls
+    /// on store forwarding).
+    #[inline(always)]
+    pub(crate) fn check_key_then<Q, R>(
+        &self,
+        key: &Q,
+        n: u32,
+        finish: impl FnOnce(Result<Decision, InsufficientCapacity>) -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if let Quotas::Shared { first, changed, .. } = &self.quotas {
             // Relaxed: a hint only; the entry's own limiter, read under the shard lock, decides.
             if !changed.load(Ordering::Relaxed) {
                 // One quota for every key, never changed: every entry's limiter is `first`. Only
                 // the transition runs under the shard lock; the decision is worked out after it
                 // is released.
-                InsufficientCapacity::check(n, first.quota().burst())?;
+                if let Err(e) = InsufficientCapacity::check(n, first.quota().burst()) {
+                    return finish(Err(e));
+                }
                 return match self.store.with_existing(key, |e| {
                     // A change that began since the hint may have moved this key already.
                     Arc::ptr_eq(&e.limiter, first).then(|| first.take_state(&e.state, n))
                 }) {
-                    Some(Some(seen)) => Ok(first.decision_of(seen, n)),
-                    Some(None) => self.check_moved(key, n),
-                    None => self.check_new(key, n, true),
+                    Some(Some(seen)) => finish(Ok(first.decision_of(seen, n))),
+                    Some(None) => finish(self.check_moved(key, n)),
+                    None => finish(self.check_new(key, n, true)),
                 };
             }
             // Once the quota has changed, keys decide under the lock, each on its entry's
             // limiter, as with a quota function.
         }
-        self.check_on_entry(key, n)
+        finish(self.check_on_entry(key, n))
     }
 
     /// The check decided under the shard lock, on the entry's own limiter (a quota function's
     /// tables, and a table with one quota once it has changed), or on a new key.
-    #[inline(always)]
+    #[inline(never)]
     fn check_on_entry<Q>(&self, key: &Q, n: u32) -> Result<Decision, InsufficientCapacity>
     where
         K: Borrow<Q>,

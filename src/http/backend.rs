@@ -50,7 +50,8 @@ where
 
     #[inline(always)]
     fn check(&self, key: &K, cost: u32) -> Checked<Self::Future> {
-        Checked::Ready(self.check_key_n(key, cost))
+        // The answer wrapped where it is made, not copied into the wrapper afterwards.
+        self.check_key_then(key, cost, Checked::Ready)
     }
 
     fn quota(&self, key: &K) -> Option<Quota> {
