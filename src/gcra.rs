@@ -116,14 +116,7 @@ impl Engine for GcraAlgorithm {
     /// admissions only move the TAT forward; so keeping the word is final. GCRA needs no fresh
     /// reading: a reading behind the TAT is debt, never credit.
     #[inline]
-    fn step(
-        &self,
-        tat: u64,
-        now: u64,
-        n: u32,
-        _reading: Reading,
-        _resolution: u64,
-    ) -> Step<Metered> {
+    fn step(&self, tat: u64, now: u64, n: u32, _reading: Reading) -> Step<Metered> {
         math::meter(tat, now, n, &self.0)
     }
 }

@@ -268,11 +268,10 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         n: u32,
         fresh: bool,
     ) -> impl Fn(u64) -> Step<A::Answer> + '_ {
-        // Worked out inside: an algorithm that ignores them leaves nothing to capture.
+        // Worked out inside: an algorithm that ignores it leaves nothing to capture.
         move |word| {
             let reading = Reading::of(&self.clock, fresh);
-            let resolution = self.clock.resolution();
-            self.algorithm.step(word, now, n, reading, resolution)
+            self.algorithm.step(word, now, n, reading)
         }
     }
 

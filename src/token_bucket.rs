@@ -178,14 +178,7 @@ impl Engine for TokenBucketAlgorithm {
     /// tokens at any given time (admissions only take, refills are capped the same way). A reading
     /// far behind the stamp on a monotonic clock may be stale: `Keep(None)` asks for a fresh one.
     #[inline(always)]
-    fn step(
-        &self,
-        word: u64,
-        now: u64,
-        n: u32,
-        reading: Reading,
-        _resolution: u64,
-    ) -> Step<BucketAnswer> {
+    fn step(&self, word: u64, now: u64, n: u32, reading: Reading) -> Step<BucketAnswer> {
         match math::decide(word, now, n, &self.0, reading) {
             Outcome::Deny { figures } => Step::Keep(BucketAnswer::of(figures)),
             Outcome::Allow { figures, .. } if n == 0 => Step::Keep(BucketAnswer::of(figures)),

@@ -8,7 +8,7 @@ pub(crate) mod log;
 
 use core::marker::PhantomData;
 
-use self::math::{WindowAnswer, WindowParams};
+use self::math::{Figures, WindowAnswer, WindowParams};
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
@@ -124,6 +124,8 @@ pub(crate) mod kind {
         const MAX_LIMIT: u64;
         /// One step for `n <= limit` at `now` (ns).
         fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<WindowAnswer>;
+        /// The figures of a step's answer, once the CAS loop is done.
+        fn figures(answer: WindowAnswer, p: &WindowParams) -> Figures;
     }
 
     impl Kind for Fixed {
@@ -134,6 +136,11 @@ pub(crate) mod kind {
         fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<WindowAnswer> {
             math::fixed(word, now, n, p)
         }
+
+        #[inline(always)]
+        fn figures(answer: WindowAnswer, p: &WindowParams) -> Figures {
+            math::fixed_figures(answer, p)
+        }
     }
 
     impl Kind for Sliding {
@@ -143,6 +150,11 @@ pub(crate) mod kind {
         #[inline(always)]
         fn step(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<WindowAnswer> {
             math::sliding(word, now, n, p)
+        }
+
+        #[inline(always)]
+        fn figures(answer: WindowAnswer, p: &WindowParams) -> Figures {
+            math::sliding_figures(answer, p)
         }
     }
 }
@@ -172,7 +184,8 @@ impl<K: WindowKind> Answer<WindowAlgorithm<K>> for WindowAnswer {
         _now: u64,
         resolution: u64,
     ) -> Option<Decision> {
-        Some(self.decision(K::COUNTS, &algorithm.params, resolution))
+        let p = &algorithm.params;
+        Some(self.decision(K::figures(self, p), p, resolution))
     }
 
     #[inline(always)]
@@ -211,14 +224,7 @@ impl<K: WindowKind> Engine for WindowAlgorithm<K> {
     /// A denial decided on a stale word stands: counts only grow within a window (see
     /// `docs/design.md`).
     #[inline(always)]
-    fn step(
-        &self,
-        word: u64,
-        now: u64,
-        n: u32,
-        _reading: Reading,
-        _resolution: u64,
-    ) -> Step<WindowAnswer> {
+    fn step(&self, word: u64, now: u64, n: u32, _reading: Reading) -> Step<WindowAnswer> {
         K::step(word, now, n, &self.params)
     }
 }

@@ -84,8 +84,7 @@ pub(crate) mod engine {
             n: u32,
             clock: &impl Clock,
         ) -> (u64, A::Answer) {
-            let resolution = clock.resolution();
-            let step = |now, fresh| self.step(*word, now, n, Reading::of(clock, fresh), resolution);
+            let step = |now, fresh| self.step(*word, now, n, Reading::of(clock, fresh));
             let mut now = self.units(now_ns);
             let mut answer = step(now, false);
             if matches!(&answer, Step::Keep(d) if d.is_recheck()) {

@@ -49,17 +49,10 @@ pub(crate) mod engine {
         type Answer: Answer<Self>;
 
         /// One decision for `n <= capacity` tokens at `now` (step units), with the reading trusted
-        /// as `reading` says and waits rounded up to `resolution`. An answer of `None` asks for a
-        /// fresh reading (the token bucket's possibly stale one). A denial kept on a stale word
+        /// as `reading` says (waits are rounded to the clock's resolution when the answer becomes
+        /// a decision, [`Answer::decide`]). An answer of `None` asks for a fresh reading (the token bucket's possibly stale one). A denial kept on a stale word
         /// must stand for every later word (argued per algorithm on its step).
-        fn step(
-            &self,
-            word: u64,
-            now: u64,
-            n: u32,
-            reading: Reading,
-            resolution: u64,
-        ) -> Step<Self::Answer>;
+        fn step(&self, word: u64, now: u64, n: u32, reading: Reading) -> Step<Self::Answer>;
     }
 
     /// A step's answer for the algorithm `A`: what the CAS loop carries out of a step, turned into

@@ -29,9 +29,9 @@ local function server_now()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- floor(a * b / c) and whether it was exact, for integers a < c and b, c below 2^52, where the
--- product would lose bits as a double: a binary long division of the product (held as 26-bit
--- halves) whose running remainder stays below 2^53.
+-- ceil(a * b / c) for integers a < c and b, c below 2^52, where the product would lose bits as a
+-- double: a binary long division of the product (held as four 26-bit digits) whose running
+-- remainder stays below 2 * c < 2^53.
 local function muldiv_ceil(a, b, c)
   local h = 67108864 -- 2^26
   local a1, a0 = math.floor(a / h), a % h

@@ -261,15 +261,10 @@ impl WindowAnswer {
         self.meta.get() & Self::COUNTS
     }
 
-    /// The decision with `counts` counts per word (1: fixed, 2: sliding), waits rounded up to
-    /// `resolution`.
+    /// The decision, with the figures the window's kind worked out from this answer, waits
+    /// rounded up to `resolution`.
     #[inline(always)]
-    pub(crate) fn decision(self, counts: u32, p: &WindowParams, resolution: u64) -> Decision {
-        let figures = if counts == 1 {
-            fixed_figures(self, p)
-        } else {
-            sliding_figures(self, p)
-        };
+    pub(crate) fn decision(self, figures: Figures, p: &WindowParams, resolution: u64) -> Decision {
         Decision::new(
             self.is_allowed(),
             resolution,
@@ -284,7 +279,7 @@ impl WindowAnswer {
 }
 
 /// A decision's figures.
-struct Figures {
+pub struct Figures {
     remaining: u64,
     retry_ns: u64,
     reset_ns: u64,
@@ -328,7 +323,7 @@ pub(crate) fn fixed(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<Windo
 
 /// The figures of a fixed-window answer.
 #[inline(always)]
-fn fixed_figures(answer: WindowAnswer, p: &WindowParams) -> Figures {
+pub(crate) fn fixed_figures(answer: WindowAnswer, p: &WindowParams) -> Figures {
     let count = answer.counts();
     let (elapsed, behind) = answer.elapsed_behind();
     let to_end = p.left_in_window(elapsed).saturating_add(behind);
@@ -389,7 +384,7 @@ pub(crate) fn sliding(word: u64, now: u64, n: u32, p: &WindowParams) -> Step<Win
 
 /// The figures of a sliding-window-counter answer.
 #[inline(always)]
-fn sliding_figures(answer: WindowAnswer, p: &WindowParams) -> Figures {
+pub(crate) fn sliding_figures(answer: WindowAnswer, p: &WindowParams) -> Figures {
     let b = WindowAnswer::SLIDING_BITS;
     let mask = (1u64 << b) - 1;
     let counts = answer.counts();
