@@ -148,7 +148,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     #[inline(always)]
     pub(crate) fn run_on(&self, cell: &StateCell, n: u32) -> Decision {
         let now = self.reading();
-        let answer = cell.update(self.step(now, n, false));
+        let answer = cell.update_inlined(self.step(now, n, false));
         // A denial on a nanosecond clock is final; the test compiles away for those.
         if answer.is_final(is_coarse(&self.clock)) {
             return answer.into_final(&self.algorithm, now, self.clock.resolution());
@@ -162,7 +162,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     #[inline(never)]
     fn fresh_on(&self, cell: &StateCell, n: u32) -> Decision {
         let now = self.fresh_reading();
-        let answer = cell.update(self.step(now, n, true));
+        let answer = cell.update_inlined(self.step(now, n, true));
         settle(answer.decide(&self.algorithm, now, self.clock.resolution()))
     }
 
@@ -173,7 +173,9 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     #[inline(always)]
     pub(crate) fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
         let now = self.reading();
-        let answer = self.word.update(live(retired, self.step(now, n, false)))?;
+        let answer = self
+            .word
+            .update_inlined(live(retired, self.step(now, n, false)))?;
         if answer.is_final(is_coarse(&self.clock)) {
             return Some(answer.into_final(&self.algorithm, now, self.clock.resolution()));
         }
@@ -268,7 +270,9 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         n: u32,
         fresh: bool,
     ) -> impl Fn(u64) -> Step<A::Answer> + '_ {
-        // Worked out inside: an algorithm that ignores it leaves nothing to capture.
+        // Worked out inside: an algorithm that ignores it leaves nothing to capture. Always
+        // inlined: called, a step's answer would come back through memory.
+        #[inline(always)]
         move |word| {
             let reading = Reading::of(&self.clock, fresh);
             self.algorithm.step(word, now, n, reading)
@@ -312,6 +316,8 @@ pub(crate) fn live<T>(
     retired: &AtomicBool,
     step: impl Fn(u64) -> Step<T>,
 ) -> impl Fn(u64) -> Step<Option<T>> {
+    // Always inlined, as `Limiter::step`.
+    #[inline(always)]
     move |word| {
         // Acquire: pairs with the Release fence in `Limiter::retire`; a word its CAS wrote is
         // seen here with `retired` set.

@@ -41,9 +41,19 @@ impl StateCell {
     }
 
     /// Runs `step` on the current word until its answer is final: kept, or stored by a CAS that
-    /// succeeded on the very word the step saw.
+    /// succeeded on the very word the step saw. Inlined where the compiler finds it worth it;
+    /// [`StateCell::update_inlined`] is the same, always inlined.
     #[inline]
     pub(crate) fn update<T>(&self, step: impl Fn(u64) -> Step<T>) -> T {
+        self.update_inlined(step)
+    }
+
+    /// [`StateCell::update`], always inlined: for a plain limiter's check, whose step the compiler
+    /// would otherwise call with its answer passed through memory (the token bucket's, 1.7 times
+    /// as slow as GCRA's allow rather than 1.5 times). The reconfigurable limiters' checks are
+    /// faster with the compiler's choice.
+    #[inline(always)]
+    pub(crate) fn update_inlined<T>(&self, step: impl Fn(u64) -> Step<T>) -> T {
         // Relaxed: a stale value is re-checked by the CAS below, which compares with the latest
         // value in the word's modification order; for a kept step see `Step` users' notes.
         let current = self.word.load(Ordering::Relaxed);

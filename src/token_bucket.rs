@@ -4,7 +4,7 @@ use self::math::{BucketFigures, BucketParams, Outcome};
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
-use core::num::NonZeroU32;
+use core::num::NonZeroU64;
 
 use crate::limiter::algorithm::engine::{Answer, Carried, Engine, Total};
 use crate::limiter::algorithm::{Algorithm, Continuous, Retunable};
@@ -91,31 +91,53 @@ impl Total for TokenBucketAlgorithm {
     }
 }
 
-/// What the bucket's step carries out of the CAS loop: two words, in registers; the decision is
-/// built from them, the reading and the parameters once the loop is done.
+/// What the bucket's step carries out of the CAS loop: two words, in registers (three fields
+/// would be returned through memory, and read back wider than written); the decision is built
+/// from them, the reading and the parameters once the loop is done.
+///
+/// `meta`, low to high:
+///
+/// | bits | what |
+/// |---|---|
+/// | 0 to 31 | units held after the decision, plus one: never 0, so that `meta` is not either (a niche for `Option`, a reconfigurable limiter's step) |
+/// | 32 to 63 | units the request lacked: 0 when allowed; all ones ([`BucketAnswer::RECHECK`]) asks for a fresh reading (a real lack is at most the cap, below 2^31) |
 #[derive(Debug, Clone, Copy)]
 pub struct BucketAnswer {
     /// Ticks from the reading's tick to the one refills count from.
     ahead: u64,
-    /// Units held after the decision, plus one: never zero, so that an `Option` of the answer
-    /// (a reconfigurable limiter's step) still fits two registers.
-    tokens: NonZeroU32,
-    /// Units the request lacked: 0 when allowed; [`BucketAnswer::RECHECK`] asks for a fresh
-    /// reading (a real lack is at most the cap, below 2^31).
-    need: u32,
+    meta: NonZeroU64,
 }
 
 impl BucketAnswer {
+    const TOKENS: u64 = (1 << 32) - 1;
+    const NEED_SHIFT: u32 = 32;
     const RECHECK: u32 = u32::MAX;
 
     #[inline(always)]
-    fn of(figures: BucketFigures) -> BucketAnswer {
+    fn new(ahead: u64, tokens: u32, need: u32) -> BucketAnswer {
+        // At most the cap, below 2^31: one more neither wraps nor leaves the low half.
+        let low = u64::from(tokens) + 1;
         BucketAnswer {
-            ahead: figures.ahead,
-            // At most the cap, below 2^31: one more never wraps.
-            tokens: NonZeroU32::MIN.saturating_add(figures.tokens),
-            need: figures.need,
+            ahead,
+            meta: NonZeroU64::new((u64::from(need) << Self::NEED_SHIFT) | low)
+                .unwrap_or(NonZeroU64::MAX),
         }
+    }
+
+    #[inline(always)]
+    fn of(figures: BucketFigures) -> BucketAnswer {
+        BucketAnswer::new(figures.ahead, figures.tokens, figures.need)
+    }
+
+    #[inline(always)]
+    fn tokens(&self) -> u32 {
+        // The low half, less the one added.
+        ((self.meta.get() & Self::TOKENS) - 1) as u32
+    }
+
+    #[inline(always)]
+    fn need(&self) -> u32 {
+        (self.meta.get() >> Self::NEED_SHIFT) as u32
     }
 }
 
@@ -132,23 +154,27 @@ impl Answer<TokenBucketAlgorithm> for BucketAnswer {
             now_ns: now,
             rate: p.rate,
             ahead: self.ahead,
-            tokens: self.tokens.get() - 1,
-            need: self.need,
+            tokens: self.tokens(),
+            need: self.need(),
             burst: p.burst,
             // At most 63.
             shift: p.shift as u8,
         };
-        Some(Decision::new(self.need == 0, resolution, figures.detail()))
+        Some(Decision::new(
+            self.need() == 0,
+            resolution,
+            figures.detail(),
+        ))
     }
 
     #[inline(always)]
     fn is_allowed(&self) -> bool {
-        self.need == 0
+        self.need() == 0
     }
 
     #[inline(always)]
     fn is_recheck(&self) -> bool {
-        self.need == BucketAnswer::RECHECK
+        self.need() == BucketAnswer::RECHECK
     }
 }
 
@@ -183,11 +209,7 @@ impl Engine for TokenBucketAlgorithm {
             Outcome::Deny { figures } => Step::Keep(BucketAnswer::of(figures)),
             Outcome::Allow { figures, .. } if n == 0 => Step::Keep(BucketAnswer::of(figures)),
             Outcome::Allow { word, figures } => Step::Store(BucketAnswer::of(figures), word),
-            Outcome::Recheck => Step::Keep(BucketAnswer {
-                ahead: 0,
-                tokens: NonZeroU32::MIN,
-                need: BucketAnswer::RECHECK,
-            }),
+            Outcome::Recheck => Step::Keep(BucketAnswer::new(0, 0, BucketAnswer::RECHECK)),
         }
     }
 }

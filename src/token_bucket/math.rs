@@ -89,6 +89,23 @@ pub(crate) struct BucketParams {
     /// The most the whole-unit refill can trail the exact refill by, in units: under one unit of
     /// rounding plus one tick's refill (`ceil(rate) + 1`).
     pub(crate) grid_lag: u64,
+    /// The masks and thresholds of the layout, worked out once: the check's path then loads
+    /// them instead of shifting by `token_bits` for each.
+    masks: Masks,
+}
+
+/// [`BucketParams`]' layout figures: each a function of `token_bits` and `shift`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Masks {
+    /// The low `token_bits` bits.
+    tokens: u64,
+    /// The low `64 - token_bits` bits: the stamp field, shifted down.
+    stamp: u64,
+    /// [`BucketParams::recheck_from`].
+    recheck: u64,
+    /// [`BucketParams::stall_from`]: compared with whenever a stamp re-phased into the next tick
+    /// or two is read back.
+    stall: u64,
 }
 
 impl BucketParams {
@@ -119,14 +136,30 @@ impl BucketParams {
         } else {
             rate as u64
         };
-        BucketParams {
+        let mut p = BucketParams {
             shift,
             rate,
             cap,
             burst: quota.burst(),
             token_bits,
             grid_lag: (rate >> RATE_FRAC) + 2,
-        }
+            masks: Masks {
+                tokens: 0,
+                stamp: 0,
+                recheck: 0,
+                stall: 0,
+            },
+        };
+        #[cfg(not(atomic_limiter_seeded_bug = "layout"))]
+        let width = token_bits;
+        // The fuzzers' teeth check: a token field one bit short.
+        #[cfg(atomic_limiter_seeded_bug = "layout")]
+        let width = token_bits - 1;
+        p.masks.tokens = (1 << width) - 1;
+        p.masks.stamp = u64::MAX >> token_bits;
+        p.masks.recheck = 1 << (stamp_bits - 1);
+        p.masks.stall = p.stall_threshold();
+        p
     }
 
     #[inline]
@@ -136,17 +169,12 @@ impl BucketParams {
 
     #[inline]
     const fn stamp_mask(&self) -> u64 {
-        u64::MAX >> self.token_bits
+        self.masks.stamp
     }
 
     #[inline]
     const fn token_mask(&self) -> u64 {
-        #[cfg(not(atomic_limiter_seeded_bug = "layout"))]
-        let width = self.token_bits;
-        // The fuzzers' teeth check: a token field one bit short.
-        #[cfg(atomic_limiter_seeded_bug = "layout")]
-        let width = self.token_bits - 1;
-        (1 << width) - 1
+        self.masks.tokens
     }
 
     /// Elapsed readings at or above this many ticks are a clock that stepped back (any clock).
@@ -159,6 +187,11 @@ impl BucketParams {
     /// `L` ticks of the cycle, `L` the larger of 8 ticks and 2^20 ns, at most a quarter cycle.
     #[inline]
     pub(crate) const fn stall_from(&self) -> u64 {
+        self.masks.stall
+    }
+
+    /// [`BucketParams::stall_from`] worked out, once the stamp mask is.
+    const fn stall_threshold(&self) -> u64 {
         let quarter = 1u64 << (self.stamp_bits() - 2);
         let ms = if self.shift >= 20 {
             0
@@ -173,7 +206,7 @@ impl BucketParams {
     /// Elapsed readings at or above this many ticks, on a monotonic clock, are read again.
     #[inline]
     const fn recheck_from(&self) -> u64 {
-        1 << (self.stamp_bits() - 1)
+        self.masks.recheck
     }
 
     /// Units refilled from tick 0 to `tick`, rounded down.
@@ -371,24 +404,38 @@ impl BucketFigures {
             return 0;
         }
         let base = self.base();
+        let rate = self.rate;
         // The first tick k with floor(k × rate / 2^RATE_FRAC) >= units(base) + more: k = base +
         // ceil((more × 2^RATE_FRAC - accrued) / rate), where `accrued` is the fraction of a unit
-        // already on the grid at `base`.
-        let accrued = (base * self.rate as u128) & ((1 << RATE_FRAC) - 1);
+        // already on the grid at `base` (the product's low bits: those of its low words).
+        let accrued = u128::from((base as u64).wrapping_mul(rate) & ((1 << RATE_FRAC) - 1));
         let numerator = ((more as u128) << RATE_FRAC) - accrued;
-        let ticks = match u64::try_from(numerator) {
-            // Up to 2^11 units (two tokens): a 64-bit division, the common case.
-            Ok(n) => n.div_ceil(self.rate) as u128,
-            Err(_) => numerator.div_ceil(self.rate as u128),
-        };
-        let k = base + ticks;
         let shift = u32::from(self.shift);
-        let mut at = k.checked_shl(shift).unwrap_or(u128::MAX);
-        // A request that needs the bucket full passes as soon as the *exact* refill reaches the cap
-        // (see `decide`), which can be before the grid gets there.
-        if u64::from(self.tokens) + more >= self.cap() {
-            at = at.min(self.exact_cap_at(accrued));
-        }
+        let tokens = u64::from(self.tokens);
+        // A request that needs just the cap passes as soon as the *exact* refill reaches it (see
+        // `decide`), which can be before the grid gets there, and never after: then the units
+        // missing are the numerator, and the instant is ceil(numerator × 2^shift / rate) ns past
+        // the base tick, one division (while the product fits; `exact_cap_at` splits it).
+        let at = if tokens + more == self.cap() && numerator.leading_zeros() >= shift {
+            let wide = numerator << shift;
+            let within = match u64::try_from(wide) {
+                Ok(w) => u128::from(w.div_ceil(rate)),
+                Err(_) => wide.div_ceil(rate as u128),
+            };
+            (base << shift) + within
+        } else {
+            let ticks = match u64::try_from(numerator) {
+                // Up to 2^11 units (two tokens): a 64-bit division, the common case.
+                Ok(n) => u128::from(n.div_ceil(rate)),
+                Err(_) => numerator.div_ceil(rate as u128),
+            };
+            let at = (base + ticks).checked_shl(shift).unwrap_or(u128::MAX);
+            if tokens + more >= self.cap() {
+                at.min(self.exact_cap_at(accrued))
+            } else {
+                at
+            }
+        };
         let wait = at.saturating_sub(self.now_ns as u128);
         u64::try_from(wait).unwrap_or(u64::MAX)
     }
@@ -443,8 +490,47 @@ pub(crate) enum Outcome {
 
 /// The bucket refilled to `now_ns`: `(base, held, stamp)`, the absolute tick refills count from,
 /// the units held, and the stamp to store with them; `None` when the reading must be taken again.
+///
+/// The two common cases are decided here, inlined into the check: a reading less than half a
+/// cycle past the stamp that leaves the bucket clearly below its cap, or full on the grid. The
+/// rest (a clock behind the stamp, a long idle, a bucket within the grid's lag of its cap) is
+/// [`refilled_rare`], which decides every case the same way.
 #[inline(always)]
 const fn refilled(
+    word: u64,
+    now_ns: u64,
+    p: &BucketParams,
+    reading: Reading,
+) -> Option<(u128, u64, u64)> {
+    let (stamp, tokens) = p.unpack(word);
+    let now_tick = now_ns >> p.shift;
+    let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
+    if elapsed < p.recheck_from() {
+        // As in `refilled_rare`: the same units, the same tests, in the same order.
+        let stamp_abs = now_tick.saturating_sub(elapsed);
+        let at_now = now_tick as u128 * p.rate as u128;
+        let refill = ((at_now >> RATE_FRAC) - p.units(stamp_abs)) as u64;
+        let room = p.cap - tokens;
+        if refill + p.grid_lag < room {
+            return Some((now_tick as u128, tokens + refill, now_tick));
+        }
+        if refill >= room {
+            let from = p.rephase_from(now_tick, at_now, now_ns as u128 * p.rate as u128);
+            return Some((from, p.cap, from as u64));
+        }
+    } else if elapsed >= p.stall_from() && tokens < p.cap {
+        // A stamp a little ahead (re-phased, or another core's): behind for every reading,
+        // nothing refilled, the stamp kept; a bucket below its cap never re-anchors.
+        let ahead = p.stamp_mask() - elapsed + 1;
+        return Some((now_tick as u128 + ahead as u128, tokens, stamp));
+    }
+    refilled_rare(word, now_ns, p, reading)
+}
+
+/// [`refilled`] in full, every case: out of line, so that the check's common path stays short.
+#[cold]
+#[inline(never)]
+const fn refilled_rare(
     word: u64,
     now_ns: u64,
     p: &BucketParams,
