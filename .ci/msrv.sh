@@ -21,7 +21,8 @@ if have "$msrv"; then
     cargo "+$msrv" check --lib --no-default-features --target-dir target/msrv
     cargo "+$msrv" check --lib --features tower,axum --target-dir target/msrv
     cargo "+$msrv" check --lib --features metrics --target-dir target/msrv
-    echo "Rust $msrv builds the library, and with the tower, axum and metrics features"
+    cargo "+$msrv" check --lib --features papaya --target-dir target/msrv
+    echo "Rust $msrv builds the library, and with the tower, axum, metrics and papaya features"
 fi
 if have "$redis_msrv"; then
     cargo "+$redis_msrv" check --lib --features redis --target-dir target/msrv

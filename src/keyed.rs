@@ -7,7 +7,9 @@ pub(crate) mod limiter;
 pub(crate) mod store;
 
 pub use self::limiter::KeyedLimiter;
-pub use self::store::KeyedStore;
+#[cfg(feature = "papaya")]
+pub use self::store::LockFreeStore;
+pub use self::store::{Change, KeyedStore, Retired};
 
 use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
@@ -24,10 +26,12 @@ use crate::decision::Detail;
 use crate::gcra::Gcra;
 use crate::keyed::due::{DueQueue, Front, NoRoom};
 use crate::keyed::limiter::engine::KeyState;
+use crate::limiter::retire_word;
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
 use crate::reconfigure::Carry;
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::state_cell::Step;
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Backoff, Mutex, Ordering};
 use crate::token_bucket::TokenBucket;
 use crate::wait::Wait;
 use crate::wait::WaitError;
@@ -75,24 +79,61 @@ pub struct KeyEntry<L> {
 }
 
 impl<L: KeyedLimiter> KeyEntry<L> {
+    /// The check on this entry, or `None` if it is retired (the caller looks the key up again).
     #[inline]
-    fn check(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        InsufficientCapacity::check(n, self.limiter.quota().burst())?;
-        Ok(self.limiter.check_state(&self.state, n))
+    fn check(
+        &self,
+        n: u32,
+        retired: Option<&Retired>,
+    ) -> Option<Result<Decision, InsufficientCapacity>> {
+        if let Err(e) = InsufficientCapacity::check(n, self.limiter.quota().burst()) {
+            return Some(Err(e));
+        }
+        match retired {
+            None => Some(Ok(self.limiter.check_state(&self.state, n))),
+            Some(retired) => self
+                .limiter
+                .take_state_live(&self.state, n, retired.flag())
+                .map(|seen| Ok(self.limiter.decision_of(seen, n))),
+        }
     }
 
-    /// Moves the entry, held exclusively, to the limiter `to`, its state carried over as `carry`
-    /// says; returns the instant to file it at in the eviction index (a lower bound on when its
-    /// bucket is full again).
-    fn move_to(&mut self, to: &Arc<L>, carry: Carry) -> u64 {
+    /// The state word, taken out of use: where checks run beside the change, the entry is retired
+    /// first, and every admission made on it is in the word returned; where the change holds the
+    /// entry exclusively, the word is read.
+    fn retire(&self, retired: Option<&Retired>) -> u64 {
+        match retired {
+            Some(retired) => retire_word(&self.state.0, retired.flag()),
+            // Nothing else changes the word meanwhile: the load is the last word.
+            None => self.state.0.update(Step::Keep),
+        }
+    }
+
+    /// The entry moved to the limiter `to` (another quota), its state carried over as `carry`
+    /// says, this one retired where needed; and the instant to file it at in the eviction index (a
+    /// lower bound on when its bucket is full again).
+    fn moved_to(&self, to: &Arc<L>, carry: Carry, retired: Option<&Retired>) -> (KeyEntry<L>, u64) {
         // Read before the carry reads its own: the instant returned is a lower bound.
         let before = to.now_ns();
-        if !Arc::ptr_eq(&self.limiter, to) {
-            self.state = self.limiter.carried_state(&self.state, to, carry);
-            self.limiter = to.clone();
-        }
-        let reset = duration_ns(to.check_state(&self.state, 0).reset_after());
-        before.saturating_add(reset)
+        let word = self.retire(retired);
+        let entry = KeyEntry {
+            state: self.limiter.carried_state(word, to, carry),
+            limiter: to.clone(),
+        };
+        let at = before.saturating_add(entry.reset_ns());
+        (entry, at)
+    }
+
+    /// The entry as it stands, filed: the instant its bucket is full again, a lower bound.
+    fn full_at(&self) -> u64 {
+        // Read before the peek reads its own.
+        let before = self.limiter.now_ns();
+        before.saturating_add(self.reset_ns())
+    }
+
+    /// Nanoseconds until the bucket is full again, as a peek answers now (nothing is taken).
+    fn reset_ns(&self) -> u64 {
+        duration_ns(self.limiter.check_state(&self.state, 0).reset_after())
     }
 }
 
@@ -332,9 +373,16 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 if let Err(e) = InsufficientCapacity::check(n, first.quota().burst()) {
                     return finish(Err(e));
                 }
-                return match self.store.with_existing(key, |e| {
-                    // A change that began since the hint may have moved this key already.
-                    Arc::ptr_eq(&e.limiter, first).then(|| first.take_state(&e.state, n))
+                return match self.store.with_existing(key, |e, retired| {
+                    // A change that began since the hint may have moved this key already, or be
+                    // moving it (retired).
+                    if !Arc::ptr_eq(&e.limiter, first) {
+                        return None;
+                    }
+                    match retired {
+                        None => Some(first.take_state(&e.state, n)),
+                        Some(retired) => first.take_state_live(&e.state, n, retired.flag()),
+                    }
                 }) {
                     Some(Some(seen)) => finish(Ok(first.decision_of(seen, n))),
                     Some(None) => finish(self.check_moved(key, n)),
@@ -355,9 +403,18 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        match self.store.with_existing(key, |e| e.check(n)) {
-            Some(answer) => answer,
-            None => self.check_new(key, n, true),
+        let backoff = Backoff::new();
+        loop {
+            match self
+                .store
+                .with_existing(key, |e, retired| e.check(n, retired))
+            {
+                Some(Some(answer)) => return answer,
+                // Retired: the change that retired it replaces or removes it next, holding the
+                // index's lock (a few instructions, or a pass over the table).
+                Some(None) => backoff.snooze(),
+                None => return self.check_new(key, n, true),
+            }
         }
     }
 
@@ -429,9 +486,12 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let answer = match self.store.with_existing(key, |e| e.check(1)) {
-            Some(answer) => answer,
-            None => self.check_new(key, 1, false),
+        let answer = match self
+            .store
+            .with_existing(key, |e, retired| e.check(1, retired))
+        {
+            Some(Some(answer)) => answer,
+            _ => self.check_new(key, 1, false),
         };
         answer.expect("the loom models ask for one token of a burst of at least one")
     }
@@ -448,12 +508,12 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         if changed.load(Ordering::Relaxed) {
             return self.check_key(key);
         }
-        match self
-            .store
-            .with_existing(key, |e| first.take_state(&e.state, 1))
-        {
-            Some(seen) => first.decision_of(seen, 1),
-            None => self.check_key(key),
+        match self.store.with_existing(key, |e, retired| match retired {
+            None => Some(first.take_state(&e.state, 1)),
+            Some(retired) => first.take_state_live(&e.state, 1, retired.flag()),
+        }) {
+            Some(Some(seen)) => first.decision_of(seen, 1),
+            _ => self.check_key(key),
         }
     }
 
@@ -513,8 +573,13 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         // again under the lock, and finds the key there or is the one to insert it.
         let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
         if serialised {
-            if let Some(answer) = self.store.with_existing(key, |e| e.check(n)) {
-                return answer;
+            // Under the index's lock no entry is retired: every change that retires one
+            // replaces or removes it before letting go.
+            if let Some(answer) = self
+                .store
+                .with_existing(key, |e, retired| e.check(n, retired))
+            {
+                return answer.unwrap_or_else(|| Ok(Decision::never(0)));
             }
         }
         if let Err(no_room) = self.take_place(&mut due) {
@@ -539,8 +604,10 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 state: limiter.fresh_state(),
                 limiter: limiter.clone(),
             },
-            |e| e.check(n),
+            |e, retired| e.check(n, retired),
         );
+        // A fresh entry is not retired (see above); were it to be, the check refuses.
+        let answer = answer.unwrap_or_else(|| Ok(Decision::never(0)));
         if inserted {
             // Full again at the latest when this first check's debt is paid; re-filed if used.
             let at = answer.map_or(before, |d| {
@@ -601,12 +668,13 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
         let changed = self
             .store
-            .with_existing_mut(key, |e| {
+            .change(key, |e, retired| {
                 if *e.limiter.quota() == quota {
-                    return None;
+                    return (Change::Keep, None);
                 }
                 let old = *e.limiter.quota();
-                Some((old, e.move_to(&limiter, carry)))
+                let (moved, at) = e.moved_to(&limiter, carry, retired);
+                (Change::Replace(moved), Some((old, at)))
             })
             .flatten();
         drop(limiter);
@@ -682,10 +750,21 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         };
         // Relaxed: it only tells `quota_of` to read `current`, under `current`'s mutex.
         changed.store(true, Ordering::Relaxed);
-        let mut filed = alloc::vec::Vec::with_capacity(self.len());
-        self.store.update_all(|key, e| {
-            filed.push((key.clone(), e.move_to(&to, carry)));
-        });
+        // The keys cannot change meanwhile: insertions and evictions wait for the index's lock.
+        let keys = self.store.keys();
+        let mut filed = alloc::vec::Vec::with_capacity(keys.len());
+        for key in keys {
+            let at = self.store.change(&key, |e, retired| {
+                if Arc::ptr_eq(&e.limiter, &to) {
+                    return (Change::Keep, e.full_at());
+                }
+                let (moved, at) = e.moved_to(&to, carry, retired);
+                (Change::Replace(moved), at)
+            });
+            if let Some(at) = at {
+                filed.push((key, at));
+            }
+        }
         // Every instant moved: the index is filed anew, one entry per key.
         due.refile(filed);
         true
@@ -733,53 +812,38 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
 
     /// Evicts the held key whose bucket is full soonest, if it is full now.
     fn evict_one(&self, due: &mut DueQueue<K>) -> Result<(), NoRoom> {
-        due.evict_one(|key| {
-            let seen = self.store.with_existing(key, |e| {
-                // Read before the peek reads its own: `t + reset` is not later than the instant
-                // the bucket is full, and `reset` from now is not shorter.
-                let t = e.limiter.now_ns();
-                let reset = duration_ns(e.limiter.check_state(&e.state, 0).reset_after());
-                (t, reset, *e.limiter.quota())
-            });
-            let Some((t, reset, quota)) = seen else {
-                return Front::Gone;
-            };
-            if reset == 0
-                && self.store.remove_if(key, |e| {
-                    // Decided again under the entry's lock: nobody drained it in between.
-                    e.limiter.check_state(&e.state, 0).reset_after().is_zero()
-                })
-            {
-                // Relaxed: as in `take_place`.
-                self.count.fetch_sub(1, Ordering::Relaxed);
-                self.forget_unused(&quota);
-                return Front::Evicted;
-            }
-            Front::FullAt {
-                at: t.saturating_add(reset),
-                wait: reset,
-            }
-        })
+        due.evict_one(
+            |key| match self.store.change(key, |e, retired| evict(e, retired)) {
+                None => Front::Gone,
+                Some(Evict::Removed(quota)) => {
+                    // Relaxed: as in `take_place`.
+                    self.count.fetch_sub(1, Ordering::Relaxed);
+                    self.forget_unused(&quota);
+                    Front::Evicted
+                }
+                Some(Evict::Held { at, wait }) => Front::FullAt { at, wait },
+            },
+        )
     }
 
     /// Drops the keys whose bucket is full again (they lose nothing: a full bucket is a fresh one);
     /// returns how many.
     pub fn retain_recent(&self) -> usize {
+        // Held throughout, as every change that removes keys holds it.
+        let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
         let mut removed = 0;
-        self.store.remove_where(|_, e| {
-            let full = e.limiter.check_state(&e.state, 0).reset_after().is_zero();
-            removed += usize::from(full);
-            full
-        });
+        for key in self.store.keys() {
+            if let Some(Evict::Removed(_)) = self.store.change(&key, |e, retired| evict(e, retired))
+            {
+                removed += 1;
+            }
+        }
         // Relaxed: as in `take_place`.
         self.count.fetch_sub(removed, Ordering::Relaxed);
         if let Quotas::PerKey { by_quota, .. } = &self.quotas {
             by_quota.retain(|_, limiter| Arc::strong_count(limiter) > 1);
         }
-        self.due
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|key| self.store.with_existing(key, |_| ()).is_some());
+        due.retain(|key| self.store.with_existing(key, |_, _| ()).is_some());
         removed
     }
 
@@ -825,6 +889,54 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             } => shared_quota(&**first, current, changed),
             Quotas::PerKey { quota_for, .. } => quota_for(key),
         }
+    }
+}
+
+/// What an eviction made of a held key.
+enum Evict {
+    /// Removed: its bucket was full (the quota it was on).
+    Removed(Quota),
+    /// Kept: full again at the instant `at`, `wait` ns from now.
+    Held { at: u64, wait: u64 },
+}
+
+/// The change that evicts `e` if its bucket is full now. Where checks run beside the change, the
+/// entry is retired and the last word looked at again: a check that took a token after the first
+/// look keeps the key (put back with that word), so an eviction never forgets an admission.
+fn evict<L: KeyedLimiter>(
+    e: &KeyEntry<L>,
+    retired: Option<&Retired>,
+) -> (Change<KeyEntry<L>>, Evict) {
+    // Read before the peek reads its own: `t + reset` is not later than the instant the bucket
+    // is full, and `reset` from now is not shorter.
+    let t = e.limiter.now_ns();
+    let reset = e.reset_ns();
+    let held = Evict::Held {
+        at: t.saturating_add(reset),
+        wait: reset,
+    };
+    if reset != 0 {
+        return (Change::Keep, held);
+    }
+    let quota = *e.limiter.quota();
+    if retired.is_none() {
+        // Decided with the entry held exclusively: nobody drained it in between.
+        return (Change::Remove, Evict::Removed(quota));
+    }
+    let last = KeyEntry {
+        state: KeyState(crate::state_cell::StateCell::new(e.retire(retired))),
+        limiter: e.limiter.clone(),
+    };
+    let t = last.limiter.now_ns();
+    let reset = last.reset_ns();
+    if reset == 0 {
+        (Change::Remove, Evict::Removed(quota))
+    } else {
+        let held = Evict::Held {
+            at: t.saturating_add(reset),
+            wait: reset,
+        };
+        (Change::Replace(last), held)
     }
 }
 

@@ -1,6 +1,7 @@
-//! Models 6, 11 and 14, on `Keyed`: racing first checks on one key share one bucket, and are not
-//! told the table is full by each other; a check racing a change of the table's quota decides on
-//! one quota.
+//! Models 6, 11, 14, 15 and 16, on `Keyed`: racing first checks on one key share one bucket, and
+//! are not told the table is full by each other; a check racing a change of the table's quota
+//! decides on one quota; on a store whose checks run beside its changes, no admission is lost to
+//! an eviction or a move.
 #![cfg(atomic_limiter_loom)]
 
 mod common;
@@ -17,7 +18,7 @@ use loom::thread;
 /// insert-or-get is atomic. Its broken twin breaks both: the first check as it was before
 /// insertions were serialised, on a map that looks the key up, unlocks, and inserts afterwards;
 /// two threads can both insert, each with a fresh bucket.
-use atomic_limiter::keyed::{KeyEntry, KeyedStore};
+use atomic_limiter::keyed::{Change, KeyEntry, KeyedStore, Retired};
 use atomic_limiter::{KeyQuotas, Keyed};
 use loom::sync::Mutex;
 use std::collections::HashMap;
@@ -28,36 +29,29 @@ struct LoomMap<V> {
 }
 
 impl<V> KeyedStore<u32, V> for LoomMap<V> {
-    fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V) -> R) -> Option<R>
+    fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
     where
         u32: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ?Sized,
     {
         let v = self.map.lock().unwrap().get(key).cloned();
-        v.map(|v| f(&v))
-    }
-
-    fn with_existing_mut<R>(&self, key: &u32, f: impl FnOnce(&mut V) -> R) -> Option<R> {
-        // The map's mutex excludes every check while `f` runs (a check clones the entry's `Arc`
-        // under it, so the value is changed in place only when no check holds it).
-        let mut map = self.map.lock().unwrap();
-        map.get_mut(key).and_then(Arc::get_mut).map(f)
+        v.map(|v| f(&v, None))
     }
 
     fn with_inserted<R>(
         &self,
         key: u32,
         make: impl FnOnce() -> V,
-        f: impl FnOnce(&V) -> R,
+        f: impl FnOnce(&V, Option<&Retired>) -> R,
     ) -> (R, bool) {
         if self.broken {
             let found = self.map.lock().unwrap().get(&key).cloned();
             if let Some(v) = found {
-                return (f(&v), false);
+                return (f(&v, None), false);
             }
             let v = Arc::new(make());
             self.map.lock().unwrap().insert(key, v.clone());
-            return (f(&v), true);
+            return (f(&v, None), true);
         }
         let mut map = self.map.lock().unwrap();
         let (v, inserted) = match map.get(&key) {
@@ -69,33 +63,111 @@ impl<V> KeyedStore<u32, V> for LoomMap<V> {
             }
         };
         drop(map);
-        (f(&v), inserted)
+        (f(&v, None), inserted)
     }
 
-    fn update_all(&self, mut f: impl FnMut(&u32, &mut V)) {
+    fn change<R>(
+        &self,
+        key: &u32,
+        f: impl FnOnce(&V, Option<&Retired>) -> (Change<V>, R),
+    ) -> Option<R> {
+        // Held exclusively: the map's mutex keeps new checks out, and a check holding the
+        // entry's `Arc` (taken under the mutex) finishes first.
         let mut map = self.map.lock().unwrap();
-        for (k, v) in map.iter_mut() {
-            // A check holding the entry's `Arc` finishes without the map's mutex.
-            let v = loop {
-                if Arc::get_mut(v).is_some() {
-                    break Arc::get_mut(v).unwrap();
-                }
-                thread::yield_now();
-            };
-            f(k, v);
+        let v = map.get_mut(key)?;
+        while Arc::get_mut(v).is_none() {
+            thread::yield_now();
+        }
+        let (change, answer) = f(v, None);
+        match change {
+            Change::Keep => {}
+            Change::Replace(new) => *v = Arc::new(new),
+            Change::Remove => {
+                map.remove(key);
+            }
+        }
+        Some(answer)
+    }
+
+    fn keys(&self) -> Vec<u32> {
+        self.map.lock().unwrap().keys().copied().collect()
+    }
+}
+
+/// A map whose checks run beside its changes, as a lock-free one's do: a lookup takes the entry's
+/// `Arc` and its flag under the mutex and lets go before the check runs; a change decides outside
+/// the mutex too, then replaces or removes the entry. Its broken form hands out no flag, as if its
+/// changes held the entry exclusively: the table then moves and evicts entries that checks are
+/// still taking tokens from.
+struct SharedMap<V> {
+    map: Mutex<HashMap<u32, Arc<(V, Retired)>>>,
+    broken: bool,
+}
+
+impl<V> SharedMap<V> {
+    fn new(broken: bool) -> Self {
+        SharedMap {
+            map: Mutex::new(HashMap::new()),
+            broken,
         }
     }
 
-    fn remove_where(&self, mut remove: impl FnMut(&u32, &V) -> bool) {
-        self.map.lock().unwrap().retain(|k, v| !remove(k, v));
+    fn flag<'a>(&self, slot: &'a (V, Retired)) -> Option<&'a Retired> {
+        (!self.broken).then_some(&slot.1)
+    }
+}
+
+impl<V> KeyedStore<u32, V> for SharedMap<V> {
+    fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
+    where
+        u32: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        let slot = self.map.lock().unwrap().get(key).cloned();
+        slot.map(|s| f(&s.0, self.flag(&s)))
     }
 
-    fn remove_if(&self, key: &u32, remove: impl FnOnce(&V) -> bool) -> bool {
+    fn with_inserted<R>(
+        &self,
+        key: u32,
+        make: impl FnOnce() -> V,
+        f: impl FnOnce(&V, Option<&Retired>) -> R,
+    ) -> (R, bool) {
         let mut map = self.map.lock().unwrap();
-        match map.get(key) {
-            Some(v) if remove(v) => map.remove(key).is_some(),
-            _ => false,
+        let (slot, inserted) = match map.get(&key) {
+            Some(s) => (s.clone(), false),
+            None => {
+                let s = Arc::new((make(), Retired::new()));
+                map.insert(key, s.clone());
+                (s, true)
+            }
+        };
+        drop(map);
+        (f(&slot.0, self.flag(&slot)), inserted)
+    }
+
+    fn change<R>(
+        &self,
+        key: &u32,
+        f: impl FnOnce(&V, Option<&Retired>) -> (Change<V>, R),
+    ) -> Option<R> {
+        let slot = self.map.lock().unwrap().get(key).cloned()?;
+        let (change, answer) = f(&slot.0, self.flag(&slot));
+        let mut map = self.map.lock().unwrap();
+        match change {
+            Change::Keep => {}
+            Change::Replace(new) => {
+                map.insert(*key, Arc::new((new, Retired::new())));
+            }
+            Change::Remove => {
+                map.remove(key);
+            }
         }
+        Some(answer)
+    }
+
+    fn keys(&self) -> Vec<u32> {
+        self.map.lock().unwrap().keys().copied().collect()
     }
 }
 
@@ -232,4 +304,104 @@ fn model_14_a_check_racing_set_quota_decides_on_one_quota() {
 #[should_panic(expected = "a drained key admitted while its quota changed")]
 fn model_14_broken_twin_is_caught() {
     a_check_racing_set_quota_decides_on_one_quota(true);
+}
+
+/// Model 15: on a store whose checks run beside its changes, a check racing the eviction of its
+/// key. Key 7 (burst 1, 10/s) was drained and is full again when a check on it races
+/// `retain_recent`. However they meet, key 7 is admitted once in the period: the eviction retires
+/// the entry first and looks again, so the check's token is either taken before (the key is kept,
+/// drained) or after (on the fresh entry the key comes back with). The broken twin is the same
+/// store handing out no flag: the eviction decides on its first look and forgets the token the
+/// check took meanwhile, and the key comes back fresh.
+fn an_eviction_never_forgets_an_admission(broken: bool) {
+    loom::model(move || {
+        use std::time::Duration;
+        let clock = ManualClock::new();
+        let c = clock.clone();
+        let keyed = Arc::new(Keyed::with_store(
+            SharedMap::<KeyEntry<L>>::new(broken),
+            4,
+            KeyQuotas::Every(quota(1)),
+            move |q| Gcra::with_clock(q, c.clone()),
+        ));
+        assert!(keyed.check_key(&7).is_allowed());
+        clock.advance(Duration::from_millis(100));
+        let checker = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.check_key(&7).is_allowed())
+        };
+        keyed.retain_recent();
+        let racing = checker.join().unwrap();
+        let after = keyed.check_key(&7).is_allowed();
+        assert!(
+            !(racing && after),
+            "key 7 admitted twice in one period around an eviction"
+        );
+    });
+}
+
+#[test]
+fn model_15_an_eviction_never_forgets_an_admission() {
+    an_eviction_never_forgets_an_admission(false);
+}
+
+#[test]
+#[should_panic(expected = "key 7 admitted twice in one period around an eviction")]
+fn model_15_broken_twin_is_caught() {
+    an_eviction_never_forgets_an_admission(true);
+}
+
+/// Model 16: on a store whose checks run beside its changes, a check racing `Keyed::requota`.
+/// Key 7 has a burst of 2 at 1/s and has spent one token; the change moves it to 10/s with the
+/// same burst, carrying the share in use (one token of two). A check racing the move takes the last
+/// token on the old entry (and the move carries the word with it) or on the new one, never both:
+/// with the clock frozen, exactly one of the racing check and a later check is admitted. The
+/// broken twin, with no flag, moves a word a check is still taking from: the token taken on the
+/// old entry is lost, and both are admitted.
+fn a_move_never_forgets_an_admission(broken: bool) {
+    loom::model(move || {
+        use atomic_limiter::{Carry, Quota};
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        let clock = ManualClock::new();
+        let fast = Arc::new(AtomicBool::new(false));
+        let keyed = {
+            let fast = fast.clone();
+            Arc::new(Keyed::with_store(
+                SharedMap::<KeyEntry<L>>::new(broken),
+                4,
+                KeyQuotas::PerKey(Box::new(move |_: &u32| {
+                    if fast.load(Relaxed) {
+                        Quota::per_second(10).with_burst(2)
+                    } else {
+                        Quota::per_second(1).with_burst(2)
+                    }
+                })),
+                move |q| Gcra::with_clock(q, clock.clone()),
+            ))
+        };
+        assert!(keyed.check_key(&7).is_allowed());
+        let checker = {
+            let keyed = keyed.clone();
+            thread::spawn(move || keyed.check_key(&7).is_allowed())
+        };
+        fast.store(true, Relaxed);
+        assert!(keyed.requota(&7, Carry::Proportional));
+        let racing = checker.join().unwrap();
+        let after = keyed.check_key(&7).is_allowed();
+        assert!(
+            racing != after,
+            "a burst of 2 with one token spent: racing {racing}, after {after}"
+        );
+    });
+}
+
+#[test]
+fn model_16_a_move_never_forgets_an_admission() {
+    a_move_never_forgets_an_admission(false);
+}
+
+#[test]
+#[should_panic(expected = "a burst of 2 with one token spent")]
+fn model_16_broken_twin_is_caught() {
+    a_move_never_forgets_an_admission(true);
 }

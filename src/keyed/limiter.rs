@@ -5,6 +5,7 @@ use crate::limiter::algorithm::engine::Answer;
 use crate::limiter::{Limiter, settle};
 use crate::rate_limiter::RateLimiter;
 use crate::state_cell::{StateCell, Step};
+use crate::sync::{AtomicBool, Ordering, fence};
 
 /// A limiter whose parameters and clock serve many keys, each with its own state word: every
 /// [`Limiter`] on a [`Continuous`] algorithm ([`Gcra`](crate::Gcra),
@@ -59,9 +60,15 @@ pub(crate) mod engine {
         /// The limiter's clock, read now, in nanoseconds.
         fn now_ns(&self) -> u64;
 
-        /// `state` carried over to the limiter `to` (another quota) as `how` says. The caller
-        /// holds the key exclusively: no check can be changing `state`.
-        fn carried_state(&self, state: &KeyState, to: &Self, how: crate::Carry) -> KeyState;
+        /// [`KeyedEngine::take_state`] on an entry that a change may retire: `None` once
+        /// `retired` is set (the caller looks the key up again), else what the final decision
+        /// was made on, on a word no change has taken yet.
+        fn take_state_live(&self, state: &KeyState, n: u32, retired: &AtomicBool) -> Option<Seen>;
+
+        /// A state word taken out of use ([`crate::limiter::retire_word`], or read while the
+        /// key is held exclusively) carried over to the limiter `to` (another quota) as `how`
+        /// says.
+        fn carried_state(&self, word: u64, to: &Self, how: crate::Carry) -> KeyState;
     }
 
     impl<A: Continuous, C: Clock> KeyedEngine for Limiter<A, C> {
@@ -77,12 +84,38 @@ pub(crate) mod engine {
         #[inline]
         fn take_state(&self, state: &KeyState, n: u32) -> Seen {
             let coarse = is_coarse(self.clock());
-            let (seen, finished) = take_at(self, state, self.reading(), n, false, coarse);
+            let taken = take_at(self, state, self.reading(), n, false, coarse, None);
+            let Some((seen, finished)) = taken else {
+                unreachable!("no flag, never retired")
+            };
             if finished {
                 return seen;
             }
             // A denial on a coarse reading: decided again on a fresh one, as `check_state`.
-            take_at(self, state, self.fresh_reading(), n, true, false).0
+            match take_at(self, state, self.fresh_reading(), n, true, false, None) {
+                Some((seen, _)) => seen,
+                None => unreachable!("no flag, never retired"),
+            }
+        }
+
+        #[inline]
+        fn take_state_live(&self, state: &KeyState, n: u32, retired: &AtomicBool) -> Option<Seen> {
+            let coarse = is_coarse(self.clock());
+            let (seen, finished) =
+                take_at(self, state, self.reading(), n, false, coarse, Some(retired))?;
+            if finished {
+                return Some(seen);
+            }
+            take_at(
+                self,
+                state,
+                self.fresh_reading(),
+                n,
+                true,
+                false,
+                Some(retired),
+            )
+            .map(|(seen, _)| seen)
         }
 
         /// The step is a pure function of the word and the reading: run again on the word the
@@ -104,9 +137,7 @@ pub(crate) mod engine {
             self.clock().now()
         }
 
-        fn carried_state(&self, state: &KeyState, to: &Self, how: crate::Carry) -> KeyState {
-            // Nothing else changes the word meanwhile: the load is the last word.
-            let word = state.0.update(Step::Keep);
+        fn carried_state(&self, word: u64, to: &Self, how: crate::Carry) -> KeyState {
             KeyState(StateCell::new(self.carried_word(
                 word,
                 to,
@@ -119,6 +150,7 @@ pub(crate) mod engine {
     /// [`KeyedEngine::take_state`] at a given reading: the step's CAS loop and outcome are exactly
     /// `check_state`'s, answering with the word decided on instead of the decision, and whether
     /// that decision is final (not a denial on a `coarse` clock, which is decided again).
+    /// With a `retired` flag ([`KeyedEngine::take_state_live`]), `None` once it is set.
     #[inline(always)]
     fn take_at<A: Continuous, C: Clock>(
         limiter: &Limiter<A, C>,
@@ -127,21 +159,34 @@ pub(crate) mod engine {
         n: u32,
         fresh: bool,
         coarse: bool,
-    ) -> (Seen, bool) {
+        retired: Option<&AtomicBool>,
+    ) -> Option<(Seen, bool)> {
         let step = limiter.step(now, n, fresh);
-        let word = state.0.update(|w| match step(w) {
-            Step::Store(_, new) => Step::Store(Ok((w, true)), new),
-            Step::Keep(d) if d.is_recheck() => Step::Keep(Err(w)),
-            Step::Keep(d) => Step::Keep(Ok((w, d.is_final(coarse)))),
-        });
-        match word {
+        let word = state.0.update(|w| {
+            if let Some(retired) = retired {
+                // Acquire: pairs with the Release fence in `retire_word`; a word its CAS wrote is
+                // seen here with `retired` set.
+                fence(Ordering::Acquire);
+                // Relaxed: ordered by the fence above.
+                if retired.load(Ordering::Relaxed) {
+                    return Step::Keep(None);
+                }
+            }
+            Some(match step(w) {
+                Step::Store(_, new) => return Step::Store(Some(Ok((w, true))), new),
+                Step::Keep(d) if d.is_recheck() => Err(w),
+                Step::Keep(d) => Ok((w, d.is_final(coarse))),
+            })
+            .map_or(Step::Keep(None), |kept| Step::Keep(Some(kept)))
+        })?;
+        Some(match word {
             Ok((word, finished)) => (Seen { now, word, fresh }, finished),
             // Only an answer that may ask for a fresh reading gets here.
             Err(_) if <A::Answer as Answer<A>>::MAY_RECHECK => {
-                (take_fresh(limiter, state, n), true)
+                (take_fresh(limiter, state, n, retired)?, true)
             }
             Err(word) => (Seen { now, word, fresh }, true),
-        }
+        })
     }
 
     /// [`take_at`] on a reading taken after the word, for a reading that may have been stale. Out
@@ -152,19 +197,29 @@ pub(crate) mod engine {
         limiter: &Limiter<A, C>,
         state: &KeyState,
         n: u32,
-    ) -> Seen {
+        retired: Option<&AtomicBool>,
+    ) -> Option<Seen> {
         let now = limiter.fresh_reading();
         let step = limiter.step(now, n, true);
-        let word = state.0.update(|w| match step(w) {
-            Step::Store(_, new) => Step::Store(w, new),
-            Step::Keep(_) => Step::Keep(w),
-        });
+        let word = state.0.update(|w| {
+            if let Some(retired) = retired {
+                // Acquire, then Relaxed: as in `take_at`.
+                fence(Ordering::Acquire);
+                if retired.load(Ordering::Relaxed) {
+                    return Step::Keep(None);
+                }
+            }
+            match step(w) {
+                Step::Store(_, new) => Step::Store(Some(w), new),
+                Step::Keep(_) => Step::Keep(Some(w)),
+            }
+        })?;
         // A fresh reading is always decided on; were it not, the decision worked out from this
         // word refuses (`settle`), and nothing was taken.
-        Seen {
+        Some(Seen {
             now,
             word,
             fresh: true,
-        }
+        })
     }
 }
