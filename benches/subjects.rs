@@ -258,6 +258,17 @@ pub fn floors() -> Vec<Subject> {
                 },
             )
         },
+        // What a token bucket's retry-after cannot do without: its wait is a count of units
+        // divided by its rate (GCRA keeps the wait itself). Each division waits for the last.
+        subject("u64 division, one after another", Kind::Floor, |iters| {
+            let rate = black_box(0x0012_3456_789a_bcde_u64);
+            let mut x = black_box(0x7fff_ffff_ffff_u64 << 12);
+            for _ in 0..iters {
+                x = x / rate + (1 << 63);
+            }
+            black_box(x);
+            0
+        }),
         subject("uncontended compare_exchange", Kind::Floor, |iters| {
             let word = AtomicU64::new(0);
             for i in 0..iters {
@@ -539,40 +550,64 @@ fn thread_index() -> u64 {
     INDEX.with(|i| *i)
 }
 
-/// This thread's keys, `base .. base + keys`, each once per round in a scrambled order (a fixed
-/// stride coprime with the count), as requests from many clients arrive: in the order the keys
-/// were inserted, a store that allocates each entry on its own would find them laid out in
-/// memory in the order it reads them, which flattered it by a third at 100 000 keys. No
-/// division per step (a `%` here would cost both subjects several nanoseconds, and compress their
-/// ratio towards 1).
+/// This thread's keys, `base .. base + keys`, each once per round in a shuffled order, as requests
+/// from many clients arrive. In the order the keys were inserted (or at a fixed stride) a store
+/// that allocates each entry on its own finds them laid out in memory near the order it reads
+/// them, which flatters it. The order is worked out once per thread and key count, outside any
+/// timing, and each run goes on where the thread's last run stopped, so that runs shorter than a
+/// round still visit every key in turn rather than the first few again. A step reads the next key
+/// from the order (no division: a `%` per step would cost both subjects several nanoseconds, and
+/// compress their ratio towards 1).
 struct KeyCycle {
-    base: u64,
-    i: u64,
-    stride: u64,
-    keys: u64,
+    order: std::rc::Rc<[u64]>,
+    i: usize,
+}
+
+thread_local! {
+    /// The last order made on this thread (its key count, the order) and where the last run
+    /// stopped in it.
+    static CYCLE: std::cell::RefCell<(u64, std::rc::Rc<[u64]>, usize)> =
+        std::cell::RefCell::new((0, std::rc::Rc::from(Vec::new()), 0));
 }
 
 impl KeyCycle {
-    /// A prime that divides none of the key counts measured.
-    const STRIDE: u64 = 7919;
-
     fn new(keys: u64) -> KeyCycle {
-        KeyCycle {
-            base: thread_index() * keys,
-            i: 0,
-            stride: Self::STRIDE % keys,
-            keys,
-        }
+        CYCLE.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.0 != keys || c.1.is_empty() {
+                let base = thread_index() * keys;
+                let mut order: Vec<u64> = (base..base + keys).collect();
+                // Fisher-Yates on a fixed xorshift sequence: the same order every run.
+                let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+                for i in (1..order.len()).rev() {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    order.swap(i, (x % (i as u64 + 1)) as usize);
+                }
+                *c = (keys, std::rc::Rc::from(order), 0);
+            }
+            KeyCycle {
+                order: c.1.clone(),
+                i: c.2,
+            }
+        })
     }
 
     #[inline]
     fn next(&mut self) -> u64 {
-        let key = self.base + self.i;
-        self.i += self.stride;
-        if self.i >= self.keys {
-            self.i -= self.keys;
+        let key = self.order[self.i];
+        self.i += 1;
+        if self.i == self.order.len() {
+            self.i = 0;
         }
         key
+    }
+}
+
+impl Drop for KeyCycle {
+    fn drop(&mut self) {
+        CYCLE.with(|c| c.borrow_mut().2 = self.i);
     }
 }
 

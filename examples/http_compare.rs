@@ -173,14 +173,17 @@ fn main() {
                 .map(|(t, n)| (t - n).max(0.1))
                 .collect()
         };
-        let (ours, theirs, floor) = (own(1), own(2), own(3));
-        let ratio = median(
-            &ours
-                .iter()
-                .zip(&theirs)
-                .map(|(o, t)| o / t)
-                .collect::<Vec<_>>(),
-        );
+        let (ours, theirs, floor, free) = (own(1), own(2), own(3), own(4));
+        let ratio_of = |ours: &[f64]| {
+            median(
+                &ours
+                    .iter()
+                    .zip(&theirs)
+                    .map(|(o, t)| o / t)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let (ratio, free_ratio) = (ratio_of(&ours), ratio_of(&free));
         println!(
             "{:<34} {:>9.1} ns {:>10.1} ns (+{:>3.0}) {:>10.1} ns (+{:>3.0}) {:>9.2}x {:>7.1} ns (+{:>3.0})",
             label,
@@ -193,7 +196,17 @@ fn main() {
             median(&costs[3].1),
             median(&floor),
         );
-        verdicts.push((label, ratio));
+        println!(
+            "{:<34} {:>12} {:>10.1} ns (+{:>3.0}) {:>21} {:>9.2}x",
+            "  on the lock-free store",
+            "",
+            median(&costs[4].1),
+            median(&free),
+            "",
+            free_ratio,
+        );
+        verdicts.push((label.clone(), ratio));
+        verdicts.push((format!("{label}, lock-free store"), free_ratio));
     }
     println!(
         "\n(+N: the layer's own cost, over building and serving the request with no layer; ratio:\n\

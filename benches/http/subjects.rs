@@ -91,7 +91,7 @@ pub const CASES: [(Path, u32); 4] = [
 /// already seen (and, when refusing, already out of tokens), every status checked once. The floor
 /// is the least a layer on `Keyed` can do: the peer address from the extensions, one keyed check,
 /// the inner service or a bare 429, written by hand with no tower layer and no fields.
-pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 4] {
+pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 5] {
     let (per, burst) = match path {
         Path::Refused => (Duration::from_secs(3600), 1),
         _ => (Duration::from_nanos(1), 1_000_000),
@@ -106,6 +106,20 @@ pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 4] {
         .build();
     let mut ours = ours.layer(inner());
     let mut ours: Subject = Box::new(move |r| call(&mut ours, r));
+    // The same layer on the keyed store whose lookups take no lock.
+    let clock = atomic_limiter::QuantaClock::new();
+    let lock_free = Keyed::with_store(
+        atomic_limiter::keyed::LockFreeStore::with_hasher(atomic_limiter::keyed::KeyHasher::new()),
+        2 * clients as usize,
+        atomic_limiter::KeyQuotas::Every(quota),
+        move |q| Gcra::with_clock(q, clock.clone()),
+    );
+    let free = RateLimitLayer::builder(PeerIp::new(), lock_free)
+        .headers(Headers::Legacy)
+        .headers_on_allowed(headers)
+        .build();
+    let mut free = free.layer(inner());
+    let mut free: Subject = Box::new(move |r| call(&mut free, r));
 
     let mut config = GovernorConfigBuilder::default();
     config
@@ -139,11 +153,21 @@ pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 4] {
     });
 
     for i in 0..clients {
-        let statuses = (ours(request(i)), theirs(request(i)), floor(request(i)));
-        assert_eq!(statuses, (200, 200, 200));
+        let statuses = (
+            ours(request(i)),
+            theirs(request(i)),
+            floor(request(i)),
+            free(request(i)),
+        );
+        assert_eq!(statuses, (200, 200, 200, 200));
         if path == Path::Refused {
-            let statuses = (ours(request(i)), theirs(request(i)), floor(request(i)));
-            assert_eq!(statuses, (429, 429, 429));
+            let statuses = (
+                ours(request(i)),
+                theirs(request(i)),
+                floor(request(i)),
+                free(request(i)),
+            );
+            assert_eq!(statuses, (429, 429, 429, 429));
         }
     }
     [
@@ -151,5 +175,6 @@ pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 4] {
         ("atomic-limiter", ours),
         ("tower_governor", theirs),
         ("floor", floor),
+        ("atomic-limiter, lock-free store", free),
     ]
 }

@@ -192,9 +192,18 @@ impl<V> Slot<V> {
 #[cfg(feature = "papaya")]
 impl<K: Hash + Eq, V, S: BuildHasher> LockFreeStore<K, V, S> {
     /// An empty store hashing with `hasher`.
+    ///
+    /// The map grows by blocking resizes: the insertion that fills it copies every entry to the
+    /// new table before it goes on (a new key's latency, once per doubling, as dashmap's shards
+    /// do). papaya's default copies a few entries per later write, and until the copy is done a
+    /// lookup may search both tables; a keyed table writes only for new keys, so a copy could
+    /// linger long after the table stopped growing.
     pub fn with_hasher(hasher: S) -> Self {
         LockFreeStore {
-            map: papaya::HashMap::with_hasher(hasher),
+            map: papaya::HashMap::builder()
+                .hasher(hasher)
+                .resize_mode(papaya::ResizeMode::Blocking)
+                .build(),
         }
     }
 }

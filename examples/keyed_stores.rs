@@ -1,0 +1,92 @@
+//! The two keyed stores side by side, alone in the process: dashmap (the default) and the
+//! lock-free store (the `papaya` feature), the same table on each, keys visited in a scrambled
+//! order, one thread and two threads on distinct keys.
+//!
+//! `cargo run --release --example keyed_stores --features papaya`
+use atomic_limiter::keyed::{KeyEntry, KeyHasher, KeyedStore, LockFreeStore};
+use atomic_limiter::{Gcra, KeyQuotas, Keyed, QuantaClock, Quota};
+use std::hint::black_box;
+use std::time::Instant;
+
+type Table<S> = Keyed<u64, Gcra<QuantaClock>, S>;
+
+/// `count` keys below `keys`, scrambled (xorshift), on `thread`'s side of the key space.
+fn order(keys: u64, count: usize, thread: u64) -> Vec<u64> {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ thread;
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % keys) * 2 + thread
+        })
+        .collect()
+}
+
+/// Nanoseconds per check on one thread, and million checks per second on two.
+fn measure<S: KeyedStore<u64, KeyEntry<Gcra<QuantaClock>>> + Sync>(
+    table: &Table<S>,
+    keys: u64,
+) -> (f64, f64) {
+    let count = 1 << 20;
+    let one = order(keys, count, 0);
+    let start = Instant::now();
+    let mut ok = 0u64;
+    for k in &one {
+        ok += u64::from(black_box(table).check_key(k).is_allowed());
+    }
+    black_box(ok);
+    let per_check = start.elapsed().as_nanos() as f64 / count as f64;
+    let both = [order(keys, count, 0), order(keys, count, 1)];
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for keys in &both {
+            s.spawn(move || {
+                let mut ok = 0u64;
+                for k in keys {
+                    ok += u64::from(black_box(table).check_key(k).is_allowed());
+                }
+                black_box(ok);
+            });
+        }
+    });
+    let mops = (2 * count) as f64 / start.elapsed().as_nanos() as f64 * 1000.0;
+    (per_check, mops)
+}
+
+fn main() {
+    let quota = Quota::per_second(1_000_000_000).with_burst(Quota::MAX_BURST);
+    println!("Keyed<u64, Gcra>, each store alone in the process (a quota nothing hits):");
+    println!(
+        "{:>9}  {:>22}  {:>22}",
+        "keys", "one thread, ns/check", "two threads, Mchecks/s"
+    );
+    for keys in [1u64, 100_000] {
+        let clock = QuantaClock::new();
+        let dash: Table<_> = Keyed::gcra_with_clock(quota, 1 << 24, clock.clone());
+        let free = Keyed::with_store(
+            LockFreeStore::with_hasher(KeyHasher::new()),
+            1 << 24,
+            KeyQuotas::Every(quota),
+            move |q| Gcra::with_clock(q, clock.clone()),
+        );
+        for k in 0..2 * keys {
+            let _ = dash.check_key(&k);
+            let _ = free.check_key(&k);
+        }
+        for round in 0..3 {
+            // Alternated, so that neither always runs first.
+            let (d, f) = if round % 2 == 0 {
+                let d = measure(&dash, keys);
+                (d, measure(&free, keys))
+            } else {
+                let f = measure(&free, keys);
+                (measure(&dash, keys), f)
+            };
+            println!(
+                "{keys:>9}  dashmap {:>5.1}  lock-free {:>5.1}  dashmap {:>5.1}  lock-free {:>5.1}",
+                d.0, f.0, d.1, f.1
+            );
+        }
+    }
+}
