@@ -629,28 +629,8 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     let gov = governor::RateLimiter::keyed(gov_q);
     let gov_coarse = governor::RateLimiter::dashmap_with_clock(gov_q, governor_coarse_clock());
     // The same table on the store whose lookups take no lock.
-    let lock_free = |clock: QuantaClock| {
-        atomic_limiter::Keyed::with_store(
-            atomic_limiter::keyed::LockFreeStore::with_hasher(
-                atomic_limiter::keyed::KeyHasher::new(),
-            ),
-            1 << 24,
-            atomic_limiter::KeyQuotas::Every(q),
-            move |q| Gcra::with_clock(q, clock.clone()),
-        )
-    };
-    let free = lock_free(QuantaClock::new());
-    let free_coarse = {
-        let clock = coarse();
-        atomic_limiter::Keyed::with_store(
-            atomic_limiter::keyed::LockFreeStore::with_hasher(
-                atomic_limiter::keyed::KeyHasher::new(),
-            ),
-            1 << 24,
-            atomic_limiter::KeyQuotas::Every(q),
-            move |q| Gcra::with_clock(q, clock.clone()),
-        )
-    };
+    let free = lock_free_table(q, QuantaClock::new());
+    let free_coarse = lock_free_table(q, coarse());
     vec![
         keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
             black_box(&ours).check_key(k).is_allowed()
@@ -689,6 +669,23 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
             move |k| black_box(&gov_coarse).check_key(k).is_ok(),
         ),
     ]
+}
+
+/// GCRA per key on `clock`, on the keyed store whose lookups take no lock.
+fn lock_free_table<C: atomic_limiter::Clock + Clone + Send + Sync + 'static>(
+    q: Quota,
+    clock: C,
+) -> atomic_limiter::Keyed<
+    u64,
+    Gcra<C>,
+    atomic_limiter::keyed::LockFreeStore<u64, atomic_limiter::keyed::KeyEntry<Gcra<C>>>,
+> {
+    atomic_limiter::Keyed::with_store(
+        atomic_limiter::keyed::LockFreeStore::with_hasher(atomic_limiter::keyed::KeyHasher::new()),
+        1 << 24,
+        atomic_limiter::KeyQuotas::Every(q),
+        move |q| Gcra::with_clock(q, clock.clone()),
+    )
 }
 
 /// A keyed subject: `iters` checks over this thread's `keys` keys in turn.
