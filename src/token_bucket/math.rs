@@ -316,6 +316,36 @@ impl BucketParams {
     }
 }
 
+/// `ceil(x / d)` for `d > 0`. When the quotient fits 64 bits (the high word below `d`: a wait
+/// below 2^64 ns from its tick), one hardware division of the 128-bit `x` where there is one;
+/// the compiler's 128-bit division is a call that divides again to find the remainder.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn div_ceil_wide(x: u128, d: u64) -> u128 {
+    let (hi, lo) = ((x >> 64) as u64, x as u64);
+    if hi == 0 {
+        return u128::from(lo.div_ceil(d));
+    }
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if hi < d {
+        let (q, r): (u64, u64);
+        // SAFETY: `div` divides rdx:rax by `d` into rax (quotient) and rdx (remainder); it faults
+        // only when the quotient does not fit 64 bits, which `hi < d` rules out (and with it
+        // `d == 0`). It reads and writes no memory, and no register but the two named.
+        unsafe {
+            core::arch::asm!(
+                "div {d}",
+                d = in(reg) d,
+                inout("rax") lo => q,
+                inout("rdx") hi => r,
+                options(pure, nomem, nostack),
+            );
+        }
+        return u128::from(q) + u128::from(r != 0);
+    }
+    x.div_ceil(u128::from(d))
+}
+
 /// What a decision needs to answer `remaining`, `retry_after` and `reset_after` later: the
 /// state it was made on, and the three parameters the answers use, kept small because a decision
 /// is returned on the hot path.
@@ -418,17 +448,10 @@ impl BucketFigures {
         // the base tick, one division (while the product fits; `exact_cap_at` splits it).
         let at = if tokens + more == self.cap() && numerator.leading_zeros() >= shift {
             let wide = numerator << shift;
-            let within = match u64::try_from(wide) {
-                Ok(w) => u128::from(w.div_ceil(rate)),
-                Err(_) => wide.div_ceil(rate as u128),
-            };
-            (base << shift) + within
+            (base << shift) + div_ceil_wide(wide, rate)
         } else {
-            let ticks = match u64::try_from(numerator) {
-                // Up to 2^11 units (two tokens): a 64-bit division, the common case.
-                Ok(n) => u128::from(n.div_ceil(rate)),
-                Err(_) => numerator.div_ceil(rate as u128),
-            };
+            // Up to 2^11 units (two tokens) the numerator fits 64 bits, the common case.
+            let ticks = div_ceil_wide(numerator, rate);
             let at = (base + ticks).checked_shl(shift).unwrap_or(u128::MAX);
             if tokens + more >= self.cap() {
                 at.min(self.exact_cap_at(accrued))
@@ -694,6 +717,28 @@ pub(crate) const fn give_back(word: u64, now_ns: u64, cost: u64, p: &BucketParam
 mod tests {
     use super::*;
     use core::time::Duration;
+
+    /// The hardware division's path and the portable one agree at the edges of its range.
+    #[test]
+    fn a_wide_ceiling_division_is_the_exact_one() {
+        let ds = [
+            1u64,
+            2,
+            3,
+            (1 << 52) + 1,
+            (1 << 63) - 25,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for d in ds {
+            for hi in [0u64, 1, d / 2, d.saturating_sub(1), d, u64::MAX] {
+                for lo in [0u64, 1, d - 1, d, u64::MAX - 1, u64::MAX] {
+                    let x = (u128::from(hi) << 64) | u128::from(lo);
+                    assert_eq!(div_ceil_wide(x, d), x.div_ceil(u128::from(d)), "{x} / {d}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn layout_round_trips() {
