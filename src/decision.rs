@@ -370,6 +370,7 @@ impl Decision {
     /// passes if nobody else takes tokens in between, rounded up to the clock's resolution. Waiting
     /// exactly this long never earns a second denial. (For a decision shadow mode let through,
     /// the wait the refusal would have given.)
+    #[inline]
     pub fn retry_after(&self) -> Duration {
         if self.would_allow() {
             return Duration::ZERO;
