@@ -264,7 +264,10 @@ impl BucketParams {
         // Wide: at the end of time the next unit boundary lies past tick u64::MAX.
         let mut tick = tick as u128;
         // Rounded up, by shifting: the product is below 2^127, so the addition cannot overflow.
-        let target = (exact + ((1 << self.shift) - 1)) >> self.shift;
+        // The shift is at most 63: said so, the compiler shifts the two words without testing
+        // for a shift past one word.
+        let shift = self.shift & 63;
+        let target = (exact + ((1u64 << shift) - 1) as u128) >> shift;
         let whole = !((1u128 << RATE_FRAC) - 1);
         let mut tries = 0;
         while at_tick & whole < target && tries < 4 {
@@ -440,7 +443,8 @@ impl BucketFigures {
         // already on the grid at `base` (the product's low bits: those of its low words).
         let accrued = u128::from((base as u64).wrapping_mul(rate) & ((1 << RATE_FRAC) - 1));
         let numerator = ((more as u128) << RATE_FRAC) - accrued;
-        let shift = u32::from(self.shift);
+        // At most 63 (said so, the 128-bit shifts below need no test for a shift past a word).
+        let shift = u32::from(self.shift) & 63;
         let tokens = u64::from(self.tokens);
         // A request that needs just the cap passes as soon as the *exact* refill reaches it (see
         // `decide`), which can be before the grid gets there, and never after: then the units
