@@ -30,7 +30,7 @@ use crate::limiter::retire_word;
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
 use crate::reconfigure::Carry;
-use crate::state_cell::Step;
+use crate::state_cell::{StateCell, Step};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Backoff, Mutex, Ordering};
 use crate::token_bucket::TokenBucket;
 use crate::wait::Wait;
@@ -93,7 +93,7 @@ impl<L: KeyedLimiter> KeyEntry<L> {
             None => Some(Ok(self.limiter.check_state(&self.state, n))),
             Some(retired) => self
                 .limiter
-                .take_state_live(&self.state, n, retired.flag())
+                .take_state(&self.state, n, Some(retired.flag()))
                 .map(|seen| Ok(self.limiter.decision_of(seen, n))),
         }
     }
@@ -379,10 +379,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                     if !Arc::ptr_eq(&e.limiter, first) {
                         return None;
                     }
-                    match retired {
-                        None => Some(first.take_state(&e.state, n)),
-                        Some(retired) => first.take_state_live(&e.state, n, retired.flag()),
-                    }
+                    first.take_state(&e.state, n, retired.map(Retired::flag))
                 }) {
                     Some(Some(seen)) => finish(Ok(first.decision_of(seen, n))),
                     Some(None) => finish(self.check_moved(key, n)),
@@ -508,9 +505,8 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         if changed.load(Ordering::Relaxed) {
             return self.check_key(key);
         }
-        match self.store.with_existing(key, |e, retired| match retired {
-            None => Some(first.take_state(&e.state, 1)),
-            Some(retired) => first.take_state_live(&e.state, 1, retired.flag()),
+        match self.store.with_existing(key, |e, retired| {
+            first.take_state(&e.state, 1, retired.map(Retired::flag))
         }) {
             Some(Some(seen)) => first.decision_of(seen, 1),
             _ => self.check_key(key),
@@ -900,6 +896,20 @@ enum Evict {
     Held { at: u64, wait: u64 },
 }
 
+impl Evict {
+    /// `e` as it stands: full again at `at`, `wait` ns from now (0: full now).
+    fn held<L: KeyedLimiter>(e: &KeyEntry<L>) -> Evict {
+        // Read before the peek reads its own: `at` is not later than the instant the bucket is
+        // full, and `wait` from now is not shorter.
+        let t = e.limiter.now_ns();
+        let wait = e.reset_ns();
+        Evict::Held {
+            at: t.saturating_add(wait),
+            wait,
+        }
+    }
+}
+
 /// The change that evicts `e` if its bucket is full now. Where checks run beside the change, the
 /// entry is retired and the last word looked at again: a check that took a token after the first
 /// look keeps the key (put back with that word), so an eviction never forgets an admission.
@@ -907,36 +917,23 @@ fn evict<L: KeyedLimiter>(
     e: &KeyEntry<L>,
     retired: Option<&Retired>,
 ) -> (Change<KeyEntry<L>>, Evict) {
-    // Read before the peek reads its own: `t + reset` is not later than the instant the bucket
-    // is full, and `reset` from now is not shorter.
-    let t = e.limiter.now_ns();
-    let reset = e.reset_ns();
-    let held = Evict::Held {
-        at: t.saturating_add(reset),
-        wait: reset,
-    };
-    if reset != 0 {
-        return (Change::Keep, held);
-    }
     let quota = *e.limiter.quota();
-    if retired.is_none() {
-        // Decided with the entry held exclusively: nobody drained it in between.
-        return (Change::Remove, Evict::Removed(quota));
-    }
-    let last = KeyEntry {
-        state: KeyState(crate::state_cell::StateCell::new(e.retire(retired))),
-        limiter: e.limiter.clone(),
-    };
-    let t = last.limiter.now_ns();
-    let reset = last.reset_ns();
-    if reset == 0 {
-        (Change::Remove, Evict::Removed(quota))
-    } else {
-        let held = Evict::Held {
-            at: t.saturating_add(reset),
-            wait: reset,
-        };
-        (Change::Replace(last), held)
+    match Evict::held(e) {
+        Evict::Held { wait: 0, .. } if retired.is_none() => {
+            // Decided with the entry held exclusively: nobody drained it in between.
+            (Change::Remove, Evict::Removed(quota))
+        }
+        Evict::Held { wait: 0, .. } => {
+            let last = KeyEntry {
+                state: KeyState(StateCell::new(e.retire(retired))),
+                limiter: e.limiter.clone(),
+            };
+            match Evict::held(&last) {
+                Evict::Held { wait: 0, .. } => (Change::Remove, Evict::Removed(quota)),
+                held => (Change::Replace(last), held),
+            }
+        }
+        held => (Change::Keep, held),
     }
 }
 

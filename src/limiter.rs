@@ -309,6 +309,18 @@ pub(crate) fn retire_word(word: &StateCell, retired: &AtomicBool) -> u64 {
     word.update(|word| Step::Store(word, word ^ 1))
 }
 
+/// Whether `retired` is set, read inside a step: a step that reads the word [`retire_word`]'s
+/// CAS wrote (or any later one) sees it set.
+#[cfg(feature = "std")]
+#[inline(always)]
+pub(crate) fn is_retired(retired: &AtomicBool) -> bool {
+    // Acquire: pairs with the Release fence in `retire_word`; a word its CAS wrote is seen here
+    // with `retired` set.
+    fence(Ordering::Acquire);
+    // Relaxed: ordered by the fence above.
+    retired.load(Ordering::Relaxed)
+}
+
 /// `step`, unless `retired` is set: then the word is left alone and the answer is `None`.
 #[cfg(feature = "std")]
 #[inline(always)]
@@ -319,11 +331,7 @@ pub(crate) fn live<T>(
     // Always inlined, as `Limiter::step`.
     #[inline(always)]
     move |word| {
-        // Acquire: pairs with the Release fence in `Limiter::retire`; a word its CAS wrote is
-        // seen here with `retired` set.
-        fence(Ordering::Acquire);
-        // Relaxed: ordered by the fence above.
-        if retired.load(Ordering::Relaxed) {
+        if is_retired(retired) {
             return Step::Keep(None);
         }
         match step(word) {

@@ -2,10 +2,11 @@ use crate::clock::{Clock, is_coarse};
 use crate::decision::Decision;
 use crate::limiter::algorithm::Continuous;
 use crate::limiter::algorithm::engine::Answer;
+use crate::limiter::is_retired;
 use crate::limiter::{Limiter, settle};
 use crate::rate_limiter::RateLimiter;
 use crate::state_cell::{StateCell, Step};
-use crate::sync::{AtomicBool, Ordering, fence};
+use crate::sync::AtomicBool;
 
 /// A limiter whose parameters and clock serve many keys, each with its own state word: every
 /// [`Limiter`] on a [`Continuous`] algorithm ([`Gcra`](crate::Gcra),
@@ -46,8 +47,16 @@ pub(crate) mod engine {
         /// The transition of [`KeyedEngine::check_state`] alone: takes the tokens if the limiter
         /// allows, and returns what the decision was made on, without building the decision.
         /// Kept small so that little is written while a map's shard lock is held (every store
-        /// pending when the lock's release RMW runs must drain first).
-        fn take_state(&self, state: &KeyState, n: u32) -> Seen;
+        /// pending when the lock's release RMW runs must drain first). On an entry that a change
+        /// may retire (`retired` given), `None` once it is set (the caller looks the key up
+        /// again), and the decision is made on a word no change has taken yet; with no flag,
+        /// always `Some`.
+        fn take_state(
+            &self,
+            state: &KeyState,
+            n: u32,
+            retired: Option<&AtomicBool>,
+        ) -> Option<Seen>;
 
         /// The decision [`KeyedEngine::check_state`] would have returned for what
         /// [`KeyedEngine::take_state`] saw, with the same `n`.
@@ -59,11 +68,6 @@ pub(crate) mod engine {
 
         /// The limiter's clock, read now, in nanoseconds.
         fn now_ns(&self) -> u64;
-
-        /// [`KeyedEngine::take_state`] on an entry that a change may retire: `None` once
-        /// `retired` is set (the caller looks the key up again), else what the final decision
-        /// was made on, on a word no change has taken yet.
-        fn take_state_live(&self, state: &KeyState, n: u32, retired: &AtomicBool) -> Option<Seen>;
 
         /// A state word taken out of use ([`crate::limiter::retire_word`], or read while the
         /// key is held exclusively) carried over to the limiter `to` (another quota) as `how`
@@ -82,40 +86,20 @@ pub(crate) mod engine {
         }
 
         #[inline]
-        fn take_state(&self, state: &KeyState, n: u32) -> Seen {
+        fn take_state(
+            &self,
+            state: &KeyState,
+            n: u32,
+            retired: Option<&AtomicBool>,
+        ) -> Option<Seen> {
             let coarse = is_coarse(self.clock());
-            let taken = take_at(self, state, self.reading(), n, false, coarse, None);
-            let Some((seen, finished)) = taken else {
-                unreachable!("no flag, never retired")
-            };
-            if finished {
-                return seen;
-            }
-            // A denial on a coarse reading: decided again on a fresh one, as `check_state`.
-            match take_at(self, state, self.fresh_reading(), n, true, false, None) {
-                Some((seen, _)) => seen,
-                None => unreachable!("no flag, never retired"),
-            }
-        }
-
-        #[inline]
-        fn take_state_live(&self, state: &KeyState, n: u32, retired: &AtomicBool) -> Option<Seen> {
-            let coarse = is_coarse(self.clock());
-            let (seen, finished) =
-                take_at(self, state, self.reading(), n, false, coarse, Some(retired))?;
+            let (seen, finished) = take_at(self, state, self.reading(), n, false, coarse, retired)?;
             if finished {
                 return Some(seen);
             }
-            take_at(
-                self,
-                state,
-                self.fresh_reading(),
-                n,
-                true,
-                false,
-                Some(retired),
-            )
-            .map(|(seen, _)| seen)
+            // A denial on a coarse reading: decided again on a fresh one, as `check_state`.
+            take_at(self, state, self.fresh_reading(), n, true, false, retired)
+                .map(|(seen, _)| seen)
         }
 
         /// The step is a pure function of the word and the reading: run again on the word the
@@ -150,7 +134,7 @@ pub(crate) mod engine {
     /// [`KeyedEngine::take_state`] at a given reading: the step's CAS loop and outcome are exactly
     /// `check_state`'s, answering with the word decided on instead of the decision, and whether
     /// that decision is final (not a denial on a `coarse` clock, which is decided again).
-    /// With a `retired` flag ([`KeyedEngine::take_state_live`]), `None` once it is set.
+    /// With a `retired` flag, `None` once it is set.
     #[inline(always)]
     fn take_at<A: Continuous, C: Clock>(
         limiter: &Limiter<A, C>,
@@ -163,21 +147,14 @@ pub(crate) mod engine {
     ) -> Option<(Seen, bool)> {
         let step = limiter.step(now, n, fresh);
         let word = state.0.update(|w| {
-            if let Some(retired) = retired {
-                // Acquire: pairs with the Release fence in `retire_word`; a word its CAS wrote is
-                // seen here with `retired` set.
-                fence(Ordering::Acquire);
-                // Relaxed: ordered by the fence above.
-                if retired.load(Ordering::Relaxed) {
-                    return Step::Keep(None);
-                }
+            if retired.is_some_and(is_retired) {
+                return Step::Keep(None);
             }
-            Some(match step(w) {
-                Step::Store(_, new) => return Step::Store(Some(Ok((w, true))), new),
-                Step::Keep(d) if d.is_recheck() => Err(w),
-                Step::Keep(d) => Ok((w, d.is_final(coarse))),
-            })
-            .map_or(Step::Keep(None), |kept| Step::Keep(Some(kept)))
+            match step(w) {
+                Step::Store(_, new) => Step::Store(Some(Ok((w, true))), new),
+                Step::Keep(d) if d.is_recheck() => Step::Keep(Some(Err(w))),
+                Step::Keep(d) => Step::Keep(Some(Ok((w, d.is_final(coarse))))),
+            }
         })?;
         Some(match word {
             Ok((word, finished)) => (Seen { now, word, fresh }, finished),
@@ -202,12 +179,8 @@ pub(crate) mod engine {
         let now = limiter.fresh_reading();
         let step = limiter.step(now, n, true);
         let word = state.0.update(|w| {
-            if let Some(retired) = retired {
-                // Acquire, then Relaxed: as in `take_at`.
-                fence(Ordering::Acquire);
-                if retired.load(Ordering::Relaxed) {
-                    return Step::Keep(None);
-                }
+            if retired.is_some_and(is_retired) {
+                return Step::Keep(None);
             }
             match step(w) {
                 Step::Store(_, new) => Step::Store(Some(w), new),
