@@ -542,8 +542,7 @@ const fn refilled(
             return Some((now_tick as u128, tokens + refill, now_tick));
         }
         if refill >= room {
-            let from = p.rephase_from(now_tick, at_now, now_ns as u128 * p.rate as u128);
-            return Some((from, p.cap, from as u64));
+            return Some(full_at(now_ns, now_tick, at_now, p));
         }
     } else if elapsed >= p.stall_from() && tokens < p.cap {
         // A stamp a little ahead (re-phased, or another core's): behind for every reading,
@@ -612,22 +611,30 @@ const fn refilled_rare(
                 || ((tokens as u128) << RATE_FRAC) + (exact >> p.shift) - (from_units << RATE_FRAC)
                     >= (p.cap as u128) << RATE_FRAC;
             if full {
-                // It drops the excess and everything accrued before this nanosecond; so must the
-                // grid, or it would run ahead of exact time: count the next refill from the first
-                // tick at or past the exact position (a stamp in the future reads as "no refill
-                // yet" above).
-                #[cfg(not(atomic_limiter_seeded_bug = "bucket"))]
-                let from = p.rephase_from(now_tick, at_now, exact);
-                // The fuzzers' teeth check: no re-phase, so the part of a unit accrued on the grid
-                // is kept at the cap (the lead the property tests first found).
-                #[cfg(atomic_limiter_seeded_bug = "bucket")]
-                let from = now_tick as u128;
-                (from, p.cap, from as u64)
+                full_at(now_ns, now_tick, at_now, p)
             } else {
                 (now_tick as u128, tokens + refill, now_tick)
             }
         }
     })
+}
+
+/// The bucket full at `now_ns` (`at_now` is `now_tick × rate`), for both paths of [`refilled`].
+/// The exact bucket drops the excess and everything accrued before this nanosecond; so must the
+/// grid, or it would run ahead of exact time: the next refill counts from the first tick at or
+/// past the exact position (a stamp in the future reads as "no refill yet").
+#[inline(always)]
+const fn full_at(now_ns: u64, now_tick: u64, at_now: u128, p: &BucketParams) -> (u128, u64, u64) {
+    #[cfg(not(atomic_limiter_seeded_bug = "bucket"))]
+    let from = p.rephase_from(now_tick, at_now, now_ns as u128 * p.rate as u128);
+    // The fuzzers' teeth check: no re-phase, so the part of a unit accrued on the grid is kept at
+    // the cap (the lead the property tests first found).
+    #[cfg(atomic_limiter_seeded_bug = "bucket")]
+    let from = {
+        let _ = (now_ns, at_now);
+        now_tick as u128
+    };
+    (from, p.cap, from as u64)
 }
 
 /// One token-bucket step for `n <= burst` tokens at `now_ns`.
