@@ -978,20 +978,16 @@ fn main() {
                 ratio(find(&one, ours), find(&one, gov)),
                 ratio(find(&one, free), find(&one, gov)),
             );
-            targets.push(target(
-                &format!("Keyed (dashmap) / governor keyed, {keys} key(s), time per check{clocks}"),
-                dash,
-                None,
-                None,
-            ));
-            targets.push(target(
-                &format!(
-                    "Keyed (lock-free) / governor keyed, {keys} key(s), time per check{clocks}"
-                ),
-                lf,
-                None,
-                None,
-            ));
+            for (store, r) in [("dashmap", dash), ("lock-free", lf)] {
+                targets.push(target(
+                    &format!(
+                        "Keyed ({store}) / governor keyed, {keys} key(s), time per check{clocks}"
+                    ),
+                    r,
+                    None,
+                    None,
+                ));
+            }
             targets.push(target(
                 &format!("  the faster store, {keys} key(s), time per check{clocks}"),
                 dash.min(lf),

@@ -10,7 +10,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use atomic_limiter::http::{Headers, IpKey, PeerIp, RateLimitLayer};
-use atomic_limiter::{Gcra, Keyed, Quota};
+use atomic_limiter::keyed::{KeyEntry, KeyHasher, KeyedStore, LockFreeStore};
+use atomic_limiter::{Gcra, KeyQuotas, Keyed, Quota};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use http::{Request, Response};
@@ -87,7 +88,22 @@ pub const CASES: [(Path, u32); 4] = [
     (Path::Admitted, 100_000),
 ];
 
-/// `[no layer, atomic-limiter, tower_governor, floor]` on `path` for `clients` addresses, each
+/// Our layer on `keyed`, writing the legacy fields (what tower_governor writes, so both write
+/// alike), on allowed responses too when `headers`.
+fn our_layer<M>(keyed: Keyed<IpKey, Gcra, M>, headers: bool) -> Subject
+where
+    M: KeyedStore<IpKey, KeyEntry<Gcra>> + Send + Sync + 'static,
+{
+    let layer = RateLimitLayer::builder(PeerIp::new(), keyed)
+        .headers(Headers::Legacy)
+        .headers_on_allowed(headers)
+        .build();
+    let mut service = layer.layer(inner());
+    Box::new(move |r| call(&mut service, r))
+}
+
+/// `[no layer, atomic-limiter, tower_governor, floor, atomic-limiter on the lock-free store]` on
+/// `path` for `clients` addresses, each
 /// already seen (and, when refusing, already out of tokens), every status checked once. The floor
 /// is the least a layer on `Keyed` can do: the peer address from the extensions, one keyed check,
 /// the inner service or a bare 429, written by hand with no tower layer and no fields.
@@ -99,27 +115,16 @@ pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 5] {
     let headers = path == Path::AdmittedWithHeaders;
     let quota = Quota::with_period(per).with_burst(burst);
     let keyed: Keyed<IpKey, Gcra> = Keyed::gcra(quota, 2 * clients as usize);
-    // The legacy fields: what tower_governor writes, so both write alike.
-    let ours = RateLimitLayer::builder(PeerIp::new(), keyed)
-        .headers(Headers::Legacy)
-        .headers_on_allowed(headers)
-        .build();
-    let mut ours = ours.layer(inner());
-    let mut ours: Subject = Box::new(move |r| call(&mut ours, r));
+    let mut ours = our_layer(keyed, headers);
     // The same layer on the keyed store whose lookups take no lock.
     let clock = atomic_limiter::QuantaClock::new();
     let lock_free = Keyed::with_store(
-        atomic_limiter::keyed::LockFreeStore::with_hasher(atomic_limiter::keyed::KeyHasher::new()),
+        LockFreeStore::with_hasher(KeyHasher::new()),
         2 * clients as usize,
-        atomic_limiter::KeyQuotas::Every(quota),
+        KeyQuotas::Every(quota),
         move |q| Gcra::with_clock(q, clock.clone()),
     );
-    let free = RateLimitLayer::builder(PeerIp::new(), lock_free)
-        .headers(Headers::Legacy)
-        .headers_on_allowed(headers)
-        .build();
-    let mut free = free.layer(inner());
-    let mut free: Subject = Box::new(move |r| call(&mut free, r));
+    let mut free = our_layer(lock_free, headers);
 
     let mut config = GovernorConfigBuilder::default();
     config
