@@ -2,19 +2,6 @@
 //! that run beside the changes that retire their entries.
 
 use atomic_limiter::keyed::LockFreeStore;
-use atomic_limiter::keyed::{Change, KeyEntry, KeyHasher, KeyedLimiter, KeyedStore, Retired};
-use atomic_limiter::{
-    Clock, Decision, Gcra, InsufficientCapacity, KeyQuotas, Keyed, ManualClock, Quota, RateLimiter,
-    TokenBucket,
-};
-use proptest::prelude::*;
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::Barrier;
-use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::Relaxed;
-use std::thread;
-use std::time::Duration;
 
 /// The store these tests run on.
 type Store<K, V> = LockFreeStore<K, V, KeyHasher>;

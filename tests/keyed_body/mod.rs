@@ -1,6 +1,20 @@
 // The tests of `Keyed`, run on each store: `tests/keyed.rs` on dashmap, `tests/keyed_lock_free.rs`
 // on the lock-free store. The including file names the store (`Store`, `store()`).
 
+use atomic_limiter::keyed::{Change, KeyEntry, KeyHasher, KeyedLimiter, KeyedStore, Retired};
+use atomic_limiter::{
+    Clock, Decision, Gcra, InsufficientCapacity, KeyQuotas, Keyed, ManualClock, Quota, RateLimiter,
+    TokenBucket,
+};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Barrier;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+use std::thread;
+use std::time::Duration;
+
 /// A table on this file's store.
 type Table<K, L> = Keyed<K, L, Store<K, KeyEntry<L>>>;
 
