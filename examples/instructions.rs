@@ -1,10 +1,10 @@
-//! Runs N allow-path checks of one limiter in a loop that callgrind can isolate: the count of
+//! Runs N checks of one limiter (allowed, or denied for the `-deny` subjects) in a loop that callgrind can isolate: the count of
 //! instructions per check, stable where timings are noisy. Driven by `scripts/instructions.sh`.
 //!
-//! `cargo run --release --example instructions -- <gcra|token-bucket|mutex-bucket|mutex-gcra|governor|keyed|governor-keyed|quanta-now> [N]`
+//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-coarse-deny|token-bucket-coarse-deny|mutex-bucket|mutex-gcra|governor|keyed|governor-keyed|quanta-now> [N]`
 
 use atomic_limiter::baseline::{MutexGcra, MutexTokenBucket};
-use atomic_limiter::{Gcra, QuantaClock, Quota, RateLimiter, TokenBucket};
+use atomic_limiter::{CoarseClock, Gcra, QuantaClock, Quota, RateLimiter, TokenBucket};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 
@@ -15,6 +15,16 @@ fn measured_loop<F: FnMut() -> bool>(n: u64, mut check: F) -> u64 {
         ok += check() as u64;
     }
     ok
+}
+
+/// One an hour: drained by its first check, so every measured check is a denial.
+fn drained() -> Quota {
+    Quota::per_hour(1)
+}
+
+fn deny<L: RateLimiter>(l: L, n: u64) -> u64 {
+    let _ = l.check();
+    measured_loop(n, || black_box(&l).check().is_allowed())
 }
 
 fn main() {
@@ -30,6 +40,12 @@ fn main() {
         "token-bucket" => {
             let l = TokenBucket::new(q);
             measured_loop(n, || black_box(&l).check().is_allowed())
+        }
+        "gcra-deny" => deny(Gcra::new(drained()), n),
+        "token-bucket-deny" => deny(TokenBucket::new(drained()), n),
+        "gcra-coarse-deny" => deny(Gcra::with_clock(drained(), CoarseClock::new()), n),
+        "token-bucket-coarse-deny" => {
+            deny(TokenBucket::with_clock(drained(), CoarseClock::new()), n)
         }
         "mutex-bucket" => {
             let l = MutexTokenBucket::<QuantaClock>::new(q);

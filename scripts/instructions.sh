@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Instructions per allow-path check, counted by callgrind inside `measured_loop` only (the limiter's
-# construction and quanta's calibration are left out). Deterministic for a given binary.
+# Instructions per check (admitted; denied for the `-deny` subjects), counted by callgrind inside
+# `measured_loop` only (the limiter's construction and quanta's calibration are left out).
+# Deterministic for a given binary.
 #
 #   bash scripts/instructions.sh [N]
 set -euo pipefail
@@ -10,7 +11,8 @@ cargo build --release --example instructions >/dev/null
 bin=target/release/examples/instructions
 out=$(mktemp -d)
 printf '| subject | instructions per check |\n|---|---|\n'
-for s in quanta-now gcra token-bucket mutex-gcra mutex-bucket governor keyed governor-keyed; do
+for s in quanta-now gcra token-bucket gcra-deny token-bucket-deny gcra-coarse-deny \
+    token-bucket-coarse-deny mutex-gcra mutex-bucket governor keyed governor-keyed; do
     valgrind --tool=callgrind --callgrind-out-file="$out/$s.out" \
         --toggle-collect='*measured_loop*' "$bin" "$s" "$n" >/dev/null 2>"$out/$s.err"
     total=$(grep -E '^(summary|totals):' "$out/$s.out" | head -1 | awk '{print $2}')

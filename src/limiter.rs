@@ -150,18 +150,24 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         let now = self.reading();
         let answer = cell.update_inlined(self.step(now, n, false));
         // A denial on a nanosecond clock is final; the test compiles away for those.
-        if answer.is_final(is_coarse(&self.clock)) {
+        let coarse = is_coarse(&self.clock);
+        if answer.is_final(coarse) {
             return answer.into_final(&self.algorithm, now, self.clock.resolution());
         }
-        self.fresh_on(cell, n)
+        // Only a coarse clock's denial is handed on: elsewhere the answer's figures are not
+        // worked out on the way.
+        self.fresh_on(cell, n, now, coarse.then_some(answer))
     }
 
-    /// The check decided again on a fresh reading: a denial made on a coarse one, or a reading
-    /// that may be stale.
+    /// The check decided again on a fresh reading: a denial made at the coarse reading `made`
+    /// (`denial`), or a reading that may be stale.
     #[cold]
     #[inline(never)]
-    fn fresh_on(&self, cell: &StateCell, n: u32) -> Decision {
+    fn fresh_on(&self, cell: &StateCell, n: u32, made: u64, denial: Option<A::Answer>) -> Decision {
         let now = self.fresh_reading();
+        if let Some(answer) = denial.filter(|a| self.algorithm.stands_at(a, made, now)) {
+            return answer.into_final(&self.algorithm, now, self.clock.resolution());
+        }
         let answer = cell.update_inlined(self.step(now, n, true));
         settle(answer.decide(&self.algorithm, now, self.clock.resolution()))
     }
@@ -176,18 +182,29 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         let answer = self
             .word
             .update_inlined(live(retired, self.step(now, n, false)))?;
-        if answer.is_final(is_coarse(&self.clock)) {
+        let coarse = is_coarse(&self.clock);
+        if answer.is_final(coarse) {
             return Some(answer.into_final(&self.algorithm, now, self.clock.resolution()));
         }
-        self.fresh_live(n, retired)
+        self.fresh_live(n, retired, now, coarse.then_some(answer))
     }
 
     /// [`Limiter::check_live`] decided again on a fresh reading, as [`Limiter::fresh_on`].
     #[cfg(feature = "std")]
     #[cold]
     #[inline(never)]
-    fn fresh_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
+    fn fresh_live(
+        &self,
+        n: u32,
+        retired: &AtomicBool,
+        made: u64,
+        denial: Option<A::Answer>,
+    ) -> Option<Decision> {
         let now = self.fresh_reading();
+        // A denial takes nothing: one made before a retirement may still be answered.
+        if let Some(answer) = denial.filter(|a| self.algorithm.stands_at(a, made, now)) {
+            return Some(answer.into_final(&self.algorithm, now, self.clock.resolution()));
+        }
         let answer = self.word.update(live(retired, self.step(now, n, true)))?;
         Some(settle(answer.decide(
             &self.algorithm,

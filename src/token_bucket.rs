@@ -212,6 +212,13 @@ impl Engine for TokenBucketAlgorithm {
             Outcome::Recheck => Step::Keep(BucketAnswer::new(0, 0, BucketAnswer::RECHECK)),
         }
     }
+
+    /// A denial that depends on its reading only through the tick ([`math::denial_stands`]).
+    #[inline(always)]
+    fn stands_at(&self, answer: &BucketAnswer, made: u64, later: u64) -> bool {
+        let denial = !answer.is_allowed() && !answer.is_recheck();
+        denial && math::denial_stands(u64::from(answer.tokens()), made, later, &self.0)
+    }
 }
 
 impl<C: Clock> TokenBucket<C> {

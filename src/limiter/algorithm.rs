@@ -53,6 +53,16 @@ pub(crate) mod engine {
         /// a decision, [`Answer::decide`]). An answer of `None` asks for a fresh reading (the token bucket's possibly stale one). A denial kept on a stale word
         /// must stand for every later word (argued per algorithm on its step).
         fn step(&self, word: u64, now: u64, n: u32, reading: Reading) -> Step<Self::Answer>;
+
+        /// Whether `answer`, a denial made at the reading `made` (step units), is also the step's
+        /// answer on the same word at the reading `later`, taken after that word was loaded: then
+        /// a denial on a coarse clock needs no second step, its word having been current between
+        /// the two readings. `false` where the algorithm cannot tell cheaply.
+        #[inline(always)]
+        fn stands_at(&self, answer: &Self::Answer, made: u64, later: u64) -> bool {
+            let _ = (answer, made, later);
+            false
+        }
     }
 
     /// A step's answer for the algorithm `A`: what the CAS loop carries out of a step, turned into

@@ -637,6 +637,22 @@ const fn full_at(now_ns: u64, now_tick: u64, at_now: u128, p: &BucketParams) -> 
     (from, p.cap, from as u64)
 }
 
+/// Whether a denial that left `held` units, decided at `made_ns`, is the step's answer on the same
+/// word at `later_ns` too (each read as `Reading::of` has it: a denial is never a recheck, and
+/// where the two kinds of reading differ a monotonic one asks for a recheck). Every case of
+/// [`refilled`] that can deny depends on the reading only through its tick, but the one near the
+/// cap, which also asks where the exact bucket stands within the tick: a denial that left the
+/// bucket further below its cap than the grid can trail never came from it.
+#[inline(always)]
+pub(crate) const fn denial_stands(
+    held: u64,
+    made_ns: u64,
+    later_ns: u64,
+    p: &BucketParams,
+) -> bool {
+    made_ns >> p.shift == later_ns >> p.shift && held + p.grid_lag < p.cap
+}
+
 /// One token-bucket step for `n <= burst` tokens at `now_ns`.
 #[inline(always)]
 pub(crate) const fn decide(
@@ -811,6 +827,97 @@ mod tests {
                             < (now as u128 * p.rate as u128).div_ceil(1 << p.shift),
                         "{q:?} {now}"
                     );
+                }
+            }
+        }
+    }
+
+    mod stands {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Periods from a nanosecond to hours (ticks from 1 ns to seconds), bursts to 5 000.
+        fn quota() -> impl Strategy<Value = Quota> {
+            (1u64..=10_000_000_000_000, 1u32..=5000).prop_map(|(period_ns, burst)| {
+                Quota::with_period(Duration::from_nanos(period_ns)).with_burst(burst)
+            })
+        }
+
+        /// A share: often exactly all, often nearly all (a bucket near its cap, a request of the
+        /// whole burst), else anything.
+        fn share() -> impl Strategy<Value = f64> {
+            prop_oneof![Just(1.0), 0.95f64..=1.0, 0.0f64..=1.0]
+        }
+
+        /// Where the reading falls: a few ticks past the stamp, a few short of the cycle (a stamp
+        /// ahead), within a few ticks of the one that fills the bucket, or anywhere.
+        #[derive(Debug, Clone, Copy)]
+        enum Lead {
+            Past(u64),
+            Short(u64),
+            Filling(u64),
+            Any(u64),
+        }
+
+        fn lead() -> impl Strategy<Value = Lead> {
+            prop_oneof![
+                (0u64..64).prop_map(Lead::Past),
+                (0u64..64).prop_map(Lead::Short),
+                (0u64..6).prop_map(Lead::Filling),
+                any::<u64>().prop_map(Lead::Any),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 8 } else { 4096 }))]
+
+            /// A denial that `denial_stands` at a later reading is exactly the step's answer
+            /// there (the figures, all but the reading itself), on a monotonic clock (a stale
+            /// reading, then a fresh one) and on one that may step back.
+            #[test]
+            fn a_denial_that_stands_is_the_answer_at_the_later_reading(
+                q in quota(),
+                tick in any::<u64>(),
+                fill in share(),
+                asked in share(),
+                lead in lead(),
+                within in any::<(u64, u64)>(),
+                monotonic in any::<bool>(),
+            ) {
+                let p = BucketParams::new(&q);
+                let tokens = (p.cap as f64 * fill) as u64;
+                let n = ((f64::from(q.burst()) * asked).ceil() as u32).clamp(1, q.burst());
+                let lead = match lead {
+                    Lead::Past(k) | Lead::Any(k) => k,
+                    Lead::Short(k) => p.stamp_mask() - k,
+                    // The tick whose refill reaches the cap, give or take a few.
+                    Lead::Filling(k) => {
+                        let lack = u128::from(p.cap - tokens) << RATE_FRAC;
+                        let ticks = lack / u128::from(p.rate.max(1));
+                        (ticks as u64 + k).saturating_sub(3)
+                    }
+                };
+                // The reading's tick, and the stamp `lead` ticks before it in the cycle.
+                let tick = tick >> p.shift;
+                let word = p.pack(tick.wrapping_sub(lead) & p.stamp_mask(), tokens);
+                // Two readings up to two ticks apart: in the same tick, or across the next edge.
+                let span = 1u64 << p.shift;
+                let made = (tick << p.shift) | (within.0 % span);
+                let later = made.saturating_add(within.1 % span.saturating_mul(2));
+                let (first, second) = if monotonic {
+                    (Reading::Monotonic, Reading::Fresh)
+                } else {
+                    (Reading::Any, Reading::Any)
+                };
+                let Outcome::Deny { figures } = decide(word, made, n, &p, first) else {
+                    return Ok(());
+                };
+                if denial_stands(u64::from(figures.tokens), made, later, &p) {
+                    let again = decide(word, later, n, &p, second);
+                    let expected = Outcome::Deny {
+                        figures: BucketFigures { now_ns: later, ..figures },
+                    };
+                    prop_assert_eq!(again, expected);
                 }
             }
         }
