@@ -1,11 +1,12 @@
 //! The two keyed stores side by side, alone in the process: dashmap (the default) and the
-//! lock-free store (the `papaya` feature), the same table on each, keys visited in a scrambled
-//! order, one thread and two threads on distinct keys.
+//! lock-free store (the `papaya` feature), the same table on each, and governor's keyed limiter
+//! beside them; keys visited in a scrambled order, one thread and two threads on distinct keys.
 //!
 //! `cargo run --release --example keyed_stores --features papaya`
 use atomic_limiter::keyed::{KeyEntry, KeyHasher, KeyedStore, LockFreeStore};
 use atomic_limiter::{Gcra, KeyQuotas, Keyed, QuantaClock, Quota};
 use std::hint::black_box;
+use std::num::NonZeroU32;
 use std::time::Instant;
 
 type Table<S> = Keyed<u64, Gcra<QuantaClock>, S>;
@@ -23,17 +24,15 @@ fn order(keys: u64, count: usize, thread: u64) -> Vec<u64> {
         .collect()
 }
 
-/// Nanoseconds per check on one thread, and million checks per second on two.
-fn measure<S: KeyedStore<u64, KeyEntry<Gcra<QuantaClock>>> + Sync>(
-    table: &Table<S>,
-    keys: u64,
-) -> (f64, f64) {
+/// Nanoseconds per check on one thread, and million checks per second on two, of `check` (one
+/// keyed check, answering whether it was admitted).
+fn measure(check: &(impl Fn(&u64) -> bool + Sync), keys: u64) -> (f64, f64) {
     let count = 1 << 20;
     let one = order(keys, count, 0);
     let start = Instant::now();
     let mut ok = 0u64;
     for k in &one {
-        ok += u64::from(black_box(table).check_key(k).is_allowed());
+        ok += u64::from(check(black_box(k)));
     }
     black_box(ok);
     let per_check = start.elapsed().as_nanos() as f64 / count as f64;
@@ -44,7 +43,7 @@ fn measure<S: KeyedStore<u64, KeyEntry<Gcra<QuantaClock>>> + Sync>(
             s.spawn(move || {
                 let mut ok = 0u64;
                 for k in keys {
-                    ok += u64::from(black_box(table).check_key(k).is_allowed());
+                    ok += u64::from(check(black_box(k)));
                 }
                 black_box(ok);
             });
@@ -54,11 +53,23 @@ fn measure<S: KeyedStore<u64, KeyEntry<Gcra<QuantaClock>>> + Sync>(
     (per_check, mops)
 }
 
+/// Our table's check, through `black_box` so that the table is not seen through.
+fn ours<S: KeyedStore<u64, KeyEntry<Gcra<QuantaClock>>> + Sync>(
+    table: &Table<S>,
+) -> impl Fn(&u64) -> bool + Sync + '_ {
+    move |k| black_box(table).check_key(k).is_allowed()
+}
+
 fn main() {
     let quota = Quota::per_second(1_000_000_000).with_burst(Quota::MAX_BURST);
-    println!("Keyed<u64, Gcra>, each store alone in the process (a quota nothing hits):");
+    let nz = |n| NonZeroU32::new(n).unwrap();
+    let gov_quota =
+        governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST));
+    println!("Keyed<u64, Gcra>, each store alone in the process, and governor's keyed limiter");
+    println!("(a quota nothing hits; ratio: the faster store's time over governor's, its");
+    println!("throughput over governor's):");
     println!(
-        "{:>9}  {:>22}  {:>22}",
+        "{:>7}  {:>36}  {:>36}",
         "keys", "one thread, ns/check", "two threads, Mchecks/s"
     );
     for keys in [1u64, 100_000] {
@@ -70,22 +81,36 @@ fn main() {
             KeyQuotas::Every(quota),
             move |q| Gcra::with_clock(q, clock.clone()),
         );
+        let gov = governor::RateLimiter::keyed(gov_quota);
         for k in 0..2 * keys {
             let _ = dash.check_key(&k);
             let _ = free.check_key(&k);
+            let _ = gov.check_key(&k);
         }
+        let gov_check = |k: &u64| black_box(&gov).check_key(k).is_ok();
         for round in 0..3 {
-            // Alternated, so that neither always runs first.
-            let (d, f) = if round % 2 == 0 {
-                let d = measure(&dash, keys);
-                (d, measure(&free, keys))
-            } else {
-                let f = measure(&free, keys);
-                (measure(&dash, keys), f)
-            };
+            // Rotated, so that none always runs first.
+            let mut figures = [(0.0, 0.0); 3];
+            for i in 0..3 {
+                let which = (i + round) % 3;
+                figures[which] = match which {
+                    0 => measure(&ours(&dash), keys),
+                    1 => measure(&ours(&free), keys),
+                    _ => measure(&gov_check, keys),
+                };
+            }
+            let [d, f, g] = figures;
             println!(
-                "{keys:>9}  dashmap {:>5.1}  lock-free {:>5.1}  dashmap {:>5.1}  lock-free {:>5.1}",
-                d.0, f.0, d.1, f.1
+                "{keys:>7}  dashmap {:>5.1} lock-free {:>5.1} governor {:>5.1} {:>5.2}x  \
+                 dashmap {:>5.1} lock-free {:>5.1} governor {:>5.1} {:>5.2}x",
+                d.0,
+                f.0,
+                g.0,
+                d.0.min(f.0) / g.0,
+                d.1,
+                f.1,
+                g.1,
+                d.1.max(f.1) / g.1
             );
         }
     }
