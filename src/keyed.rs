@@ -44,6 +44,9 @@ pub type KeyHasher = ahash::RandomState;
 /// A function giving each key its quota.
 pub type QuotaFn<K> = Box<dyn Fn(&K) -> Quota + Send + Sync>;
 
+/// The fewest limiters made between two sweeps of a quota function's limiters.
+const SWEEP_FLOOR: usize = 64;
+
 /// The quota of each key of a [`Keyed`] limiter: one for all, or one per key from a function.
 pub enum KeyQuotas<K> {
     /// Every key on this quota (one limiter serves them all).
@@ -68,6 +71,9 @@ enum Quotas<K, L> {
     PerKey {
         quota_for: QuotaFn<K>,
         by_quota: DashMap<Quota, Arc<L>, KeyHasher>,
+        /// Limiters made since `by_quota` was last swept, and how many more start a sweep.
+        made: AtomicUsize,
+        sweep_after: AtomicUsize,
     },
 }
 
@@ -307,6 +313,8 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             KeyQuotas::PerKey(quota_for) => Quotas::PerKey {
                 quota_for,
                 by_quota: DashMap::with_hasher(KeyHasher::new()),
+                made: AtomicUsize::new(0),
+                sweep_after: AtomicUsize::new(SWEEP_FLOOR),
             },
         };
         Keyed {
@@ -772,10 +780,36 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
-            Quotas::PerKey { by_quota, .. } => by_quota
-                .entry(quota)
-                .or_insert_with(|| Arc::new((self.make)(quota)))
-                .clone(),
+            Quotas::PerKey {
+                by_quota,
+                made,
+                sweep_after,
+                ..
+            } => {
+                let mut new = false;
+                let limiter = by_quota
+                    .entry(quota)
+                    .or_insert_with(|| {
+                        new = true;
+                        Arc::new((self.make)(quota))
+                    })
+                    .clone();
+                // Relaxed, here and below: a count that only says when to sweep; a sweep is
+                // right whenever it runs.
+                if new
+                    && made.fetch_add(1, Ordering::Relaxed) + 1
+                        >= sweep_after.load(Ordering::Relaxed)
+                {
+                    // A store that frees a removed entry later (the lock-free one, once no check
+                    // can still read it) leaves its limiter's count up when `forget_unused`
+                    // looks: such limiters are dropped here. The map doubles at most between
+                    // sweeps, so each limiter made pays for a bounded share of them.
+                    by_quota.retain(|_, limiter| Arc::strong_count(limiter) > 1);
+                    made.store(0, Ordering::Relaxed);
+                    sweep_after.store(by_quota.len().max(SWEEP_FLOOR), Ordering::Relaxed);
+                }
+                limiter
+            }
         }
     }
 

@@ -1,9 +1,12 @@
-//! Memory of keyed limiters, measured with a counting global allocator: bytes per key at a million
-//! keys, and the peak during a flood of ten million distinct keys through a capped map.
+//! Memory of keyed limiters on each store (dashmap, and the lock-free store), measured with a
+//! counting global allocator: bytes per key at a million keys, and the peak during a flood of ten
+//! million distinct keys through a capped map.
 // A counting global allocator is an `unsafe impl`: the crate denies `unsafe` elsewhere.
 #![allow(unsafe_code)]
 
-use atomic_limiter::{Gcra, Keyed, ManualClock, Quota};
+use atomic_limiter::keyed::{KeyEntry, KeyHasher, KeyedStore, LockFreeStore};
+use atomic_limiter::{Gcra, KeyQuotas, Keyed, ManualClock, Quota};
+use dashmap::DashMap;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -43,40 +46,92 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// A keyed GCRA whose quota function gives every key a quota of its own.
-fn a_quota_per_key(max_keys: usize, clock: &ManualClock) -> Keyed<u64, Gcra<ManualClock>> {
+type Entry = KeyEntry<Gcra<ManualClock>>;
+
+/// A store a table can be built on, and the figures it is held to.
+trait Store: KeyedStore<u64, Entry> + Send + Sync + Sized + 'static {
+    /// An empty store.
+    fn empty() -> Self;
+    /// The most bytes a key may take at a million keys.
+    const PER_KEY: f64;
+    /// The most bytes at the peak of a flood through a cap of a million keys.
+    const FLOOD_PEAK: usize;
+}
+
+impl Store for DashMap<u64, Entry, KeyHasher> {
+    fn empty() -> Self {
+        DashMap::with_hasher(KeyHasher::new())
+    }
+    // The map's entry and the key's state take about 52 bytes; the eviction index (a heap of
+    // `(instant, key)` that grows by a quarter at a time) 16 to 20 more.
+    const PER_KEY: f64 = 76.0;
+    const FLOOD_PEAK: usize = 80 * 1_000_000;
+}
+
+impl Store for LockFreeStore<u64, Entry, KeyHasher> {
+    fn empty() -> Self {
+        LockFreeStore::with_hasher(KeyHasher::new())
+    }
+    // Each entry an allocation of its own (the key, the state, the retired flag and the
+    // reclamation's header) behind a slot of the table, which grows by doubling; the eviction
+    // index as on dashmap.
+    const PER_KEY: f64 = 96.0;
+    const FLOOD_PEAK: usize = 100 * 1_000_000;
+}
+
+/// A keyed GCRA on the store `M`, every key on `quotas`, on `clock`.
+fn table<M: Store>(
+    max_keys: usize,
+    quotas: KeyQuotas<u64>,
+    clock: &ManualClock,
+) -> Keyed<u64, Gcra<ManualClock>, M> {
     let clock = clock.clone();
-    Keyed::with_quota_fn(
-        max_keys,
-        |k: &u64| Quota::per_second(1 + k % 1_000_000_000),
-        move |q| Gcra::with_clock(q, clock.clone()),
-    )
+    Keyed::with_store(M::empty(), max_keys, quotas, move |q| {
+        Gcra::with_clock(q, clock.clone())
+    })
+}
+
+/// A keyed GCRA whose quota function gives every key a quota of its own.
+fn a_quota_per_key<M: Store>(
+    max_keys: usize,
+    clock: &ManualClock,
+) -> Keyed<u64, Gcra<ManualClock>, M> {
+    let quotas = KeyQuotas::PerKey(Box::new(|k: &u64| Quota::per_second(1 + k % 1_000_000_000)));
+    table(max_keys, quotas, clock)
 }
 
 /// One test, so that no other test's allocations are counted in between.
 #[test]
 fn memory_per_key_and_under_a_flood() {
+    memory_on::<DashMap<u64, Entry, KeyHasher>>("dashmap");
+    memory_on::<LockFreeStore<u64, Entry, KeyHasher>>("the lock-free store");
+}
+
+fn memory_on<M: Store>(store: &str) {
+    println!("{store}:");
     // A million keys (u64), GCRA on a shared manual clock.
     let before = LIVE.load(Ordering::Relaxed);
-    let keyed = Keyed::gcra_with_clock(Quota::per_second(10), 2_000_000, ManualClock::new());
+    let keyed = table::<M>(
+        2_000_000,
+        KeyQuotas::Every(Quota::per_second(10)),
+        &ManualClock::new(),
+    );
     for key in 0..1_000_000u64 {
         assert!(keyed.check_key(&key).is_allowed());
     }
     let per_key = (LIVE.load(Ordering::Relaxed) - before) as f64 / 1e6;
-    println!("bytes per key at 1 000 000 keys: {per_key:.1}");
-    // The map's entry and the key's state take about 52 bytes; the eviction index (a heap of
-    // `(instant, key)` that grows by a quarter at a time) 16 to 20 more.
-    assert!(per_key < 76.0, "{per_key} bytes per key");
+    println!("  bytes per key at 1 000 000 keys: {per_key:.1}");
+    assert!(per_key < M::PER_KEY, "{store}: {per_key} bytes per key");
     drop(keyed);
 
     // Ten million distinct keys through a map capped at a million; buckets full 1 ms after use.
     let clock = ManualClock::new();
     let base = LIVE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
-    let keyed = Keyed::gcra_with_clock(
-        Quota::per_second(1000).with_burst(1),
+    let keyed = table::<M>(
         1_000_000,
-        clock.clone(),
+        KeyQuotas::Every(Quota::per_second(1000).with_burst(1)),
+        &clock,
     );
     for key in 0..10_000_000u64 {
         let _ = keyed.check_key(&key);
@@ -84,15 +139,15 @@ fn memory_per_key_and_under_a_flood() {
     }
     let peak = PEAK.load(Ordering::Relaxed) - base;
     println!(
-        "flood of 10 000 000 keys, cap 1 000 000: {} keys held, peak {:.1} MB ({:.1} bytes per cap slot)",
+        "  flood of 10 000 000 keys, cap 1 000 000: {} keys held, peak {:.1} MB ({:.1} bytes per cap slot)",
         keyed.len(),
         peak as f64 / 1e6,
         peak as f64 / 1e6
     );
     assert!(keyed.len() <= 1_000_000);
     assert!(
-        peak < 80 * 1_000_000,
-        "peak {peak} bytes for a cap of a million keys"
+        peak < M::FLOOD_PEAK,
+        "{store}: peak {peak} bytes for a cap of a million keys"
     );
     drop(keyed);
 
@@ -102,23 +157,26 @@ fn memory_per_key_and_under_a_flood() {
     let clock = ManualClock::new();
     let base = LIVE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
-    let keyed = a_quota_per_key(1000, &clock);
+    let keyed = a_quota_per_key::<M>(1000, &clock);
     for key in 0..300_000u64 {
         let _ = keyed.check_key(&key);
         clock.advance_nanos(1_000_000);
     }
     let peak = PEAK.load(Ordering::Relaxed) - base;
     println!(
-        "300 000 keys with distinct quotas, cap 1000: peak {:.2} MB",
+        "  300 000 keys with distinct quotas, cap 1000: peak {:.2} MB",
         peak as f64 / 1e6
     );
-    assert!(peak < 2_000_000, "peak {peak} bytes for a cap of 1000 keys");
+    assert!(
+        peak < 2_000_000,
+        "{store}: peak {peak} bytes for a cap of 1000 keys"
+    );
     drop(keyed);
 
     // Refused keys allocate nothing: a frozen clock, a full table of 10, half a million new keys
     // with distinct quotas, all refused.
     let clock = ManualClock::new();
-    let keyed = a_quota_per_key(10, &clock);
+    let keyed = a_quota_per_key::<M>(10, &clock);
     for key in 0..10u64 {
         assert!(keyed.check_key(&key).is_allowed());
     }
@@ -128,6 +186,6 @@ fn memory_per_key_and_under_a_flood() {
         assert!(keyed.check_key(&key).is_table_full());
     }
     let grown = PEAK.load(Ordering::Relaxed) - base;
-    println!("500 000 refused keys: {grown} bytes allocated at the peak");
-    assert!(grown < 4096, "{grown} bytes for refused keys");
+    println!("  500 000 refused keys: {grown} bytes allocated at the peak");
+    assert!(grown < 4096, "{store}: {grown} bytes for refused keys");
 }
