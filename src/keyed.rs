@@ -25,7 +25,7 @@ use crate::decision::Decision;
 use crate::decision::Detail;
 use crate::gcra::Gcra;
 use crate::keyed::due::{DueQueue, Front, NoRoom};
-use crate::keyed::limiter::engine::KeyState;
+use crate::keyed::limiter::engine::{KeyState, Seen};
 use crate::limiter::retire_word;
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
@@ -381,14 +381,10 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 if let Err(e) = InsufficientCapacity::check(n, first.quota().burst()) {
                     return finish(Err(e));
                 }
-                return match self.store.with_existing(key, |e, retired| {
-                    // A change that began since the hint may have moved this key already, or be
-                    // moving it (retired).
-                    if !Arc::ptr_eq(&e.limiter, first) {
-                        return None;
-                    }
-                    first.take_state(&e.state, n, retired.map(Retired::flag))
-                }) {
+                let seen = self
+                    .store
+                    .with_existing(key, |e, retired| Self::take_on_first(first, e, retired, n));
+                return match seen {
                     Some(Some(seen)) => finish(Ok(first.decision_of(seen, n))),
                     Some(None) => finish(self.check_moved(key, n)),
                     None => finish(self.check_new(key, n, true)),
@@ -398,6 +394,54 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             // limiter, as with a quota function.
         }
         finish(self.check_on_entry(key, n))
+    }
+
+    /// The one-quota fast path's transition on the entry `e`: `None` if it is on another limiter
+    /// or being moved, else what the transition saw.
+    #[inline(always)]
+    fn take_on_first(
+        first: &Arc<L>,
+        e: &KeyEntry<L>,
+        retired: Option<&Retired>,
+        n: u32,
+    ) -> Option<Seen> {
+        // A change that began since the hint may have moved this key already, or be moving it
+        // (retired).
+        if !Arc::ptr_eq(&e.limiter, first) {
+            return None;
+        }
+        first.take_state(&e.state, n, retired.map(Retired::flag))
+    }
+
+    /// [`Keyed::check_key_then`] for a caller that needs nothing of an admission but that it
+    /// happened: `None` for one on the one-quota path, which then builds no decision; else the
+    /// check's answer.
+    #[cfg(feature = "tower")]
+    #[inline(always)]
+    pub(crate) fn admit_key<Q>(
+        &self,
+        key: &Q,
+        n: u32,
+    ) -> Option<Result<Decision, InsufficientCapacity>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if let Quotas::Shared { first, changed, .. } = &self.quotas {
+            // Relaxed: as in `check_key_then`.
+            if !changed.load(Ordering::Relaxed) && n <= first.quota().burst() {
+                let seen = self
+                    .store
+                    .with_existing(key, |e, retired| Self::take_on_first(first, e, retired, n));
+                if let Some(Some(seen)) = seen {
+                    if first.admitted(seen, n) {
+                        return None;
+                    }
+                    return Some(Ok(first.decision_of(seen, n)));
+                }
+            }
+        }
+        Some(self.check_key_then(key, n, |answer| answer))
     }
 
     /// The check decided under the shard lock, on the entry's own limiter (a quota function's

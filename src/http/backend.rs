@@ -31,6 +31,18 @@ pub trait Backend<K>: Send + Sync + 'static {
     /// Checks `cost` tokens for `key`; a cost of 0 only looks.
     fn check(&self, key: &K, cost: u32) -> Checked<Self::Future>;
 
+    /// [`Backend::check`] for a caller that needs nothing of an admission but that it happened:
+    /// `None` for an admission the backend could make without a decision, else `check`'s answer
+    /// (an admission among them). A local table builds no decision for an admission of a held
+    /// key on its one quota.
+    #[inline(always)]
+    fn admit(&self, key: &K, cost: u32) -> Option<Checked<Self::Future>> {
+        match self.check(key, cost) {
+            Checked::Ready(Ok(d)) if d.is_allowed() => None,
+            other => Some(other),
+        }
+    }
+
     /// The quota `key` is held to, for the `RateLimit-Policy` field; `None` leaves it out.
     fn quota(&self, key: &K) -> Option<Quota> {
         let _ = key;
@@ -54,6 +66,11 @@ where
         self.check_key_then(key, cost, Checked::Ready)
     }
 
+    #[inline(always)]
+    fn admit(&self, key: &K, cost: u32) -> Option<Checked<Self::Future>> {
+        self.admit_key(key, cost).map(Checked::Ready)
+    }
+
     fn quota(&self, key: &K) -> Option<Quota> {
         Some(self.quota_of(key))
     }
@@ -66,6 +83,11 @@ impl<K, T: Backend<K>> Backend<K> for alloc::sync::Arc<T> {
     #[inline(always)]
     fn check(&self, key: &K, cost: u32) -> Checked<T::Future> {
         (**self).check(key, cost)
+    }
+
+    #[inline(always)]
+    fn admit(&self, key: &K, cost: u32) -> Option<Checked<T::Future>> {
+        (**self).admit(key, cost)
     }
 
     fn quota(&self, key: &K) -> Option<Quota> {

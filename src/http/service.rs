@@ -240,6 +240,15 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         let _ = decision;
     }
 
+    /// Whether the layer counts its decisions.
+    #[inline(always)]
+    fn counts(&self) -> bool {
+        #[cfg(feature = "metrics")]
+        return self.metrics.is_some();
+        #[cfg(not(feature = "metrics"))]
+        false
+    }
+
     /// Counts a request refused for costing more than the burst, if the layer has counters.
     fn count_too_costly(&self) {
         #[cfg(feature = "metrics")]
@@ -437,6 +446,7 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline]
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let config = &*self.config;
         let head = RequestHead::of(&request);
@@ -449,8 +459,18 @@ where
             Err(e) => return ResponseFuture::answer(config.key_error(&e)),
         };
         let cost = config.cost.as_ref().map_or(1, |cost| cost(&head));
-        let checked = match config.backend.check(&key, cost) {
-            // Admitted on the spot with nothing to add: the common path, all inline.
+        // Admitted on the spot with nothing to add or count: the common path, all inline, and
+        // no decision built for it.
+        let answer = if config.fields_on_allowed() || config.counts() {
+            Some(config.backend.check(&key, cost))
+        } else {
+            config.backend.admit(&key, cost)
+        };
+        let Some(answer) = answer else {
+            return ResponseFuture::inner(self.inner.call(request), None);
+        };
+        let checked = match answer {
+            // Admitted on the spot with nothing to add.
             Checked::Ready(Ok(ref d)) if d.is_allowed() && !config.fields_on_allowed() => {
                 config.count(d);
                 return ResponseFuture::inner(self.inner.call(request), None);
@@ -592,7 +612,7 @@ where
 {
     type Output = Result<Response<B>, E>;
 
-    #[inline]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
             StateProj::Answer { response } => match response.take() {

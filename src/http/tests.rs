@@ -104,6 +104,51 @@ fn table(quota: Quota, max_keys: usize, clock: &ManualClock) -> Arc<Table<IpKey>
     Arc::new(Keyed::gcra_with_clock(quota, max_keys, clock.clone()))
 }
 
+/// `Backend::admit` admits exactly what `check` admits, and answers the same decision for all
+/// else: new keys, held ones, costs past the burst, and keys moved by a change of quota.
+#[test]
+fn admit_answers_what_check_answers() {
+    let clock = ManualClock::new();
+    let quota = Quota::per_second(2).with_burst(3);
+    let (by_admit, by_check) = (table(quota, 4, &clock), table(quota, 4, &clock));
+    let (mut admitted, mut fast) = (0u32, 0u32);
+    for round in 0..12u64 {
+        if round == 6 {
+            // Every held key moves to the new quota at its next check.
+            let changed = Quota::per_second(1).with_burst(2);
+            by_admit.set_quota(changed, crate::Carry::Debt);
+            by_check.set_quota(changed, crate::Carry::Debt);
+        }
+        for client in 0..6u8 {
+            let key = IpKey::from(IpAddr::from([10, 0, 0, client]));
+            let cost = [1, 2, 9][(round as usize + usize::from(client)) % 3];
+            let expected = match by_check.check(&key, cost) {
+                Checked::Ready(answer) => answer,
+                Checked::Pending(_) => unreachable!("a local table answers on the spot"),
+            };
+            match by_admit.admit(&key, cost) {
+                None => {
+                    assert!(expected.is_ok_and(|d| d.is_allowed()), "{round} {client}");
+                    admitted += 1;
+                    fast += 1;
+                }
+                // A refusal, or an admission off the fast path (a new key, a moved one).
+                Some(Checked::Ready(answer)) => {
+                    assert_eq!(answer, expected, "{round} {client}");
+                    admitted += u32::from(answer.is_ok_and(|d| d.is_allowed()));
+                }
+                Some(Checked::Pending(_)) => unreachable!("a local table answers on the spot"),
+            }
+        }
+        clock.advance(Duration::from_millis(300));
+    }
+    // Some admitted on the fast path, some on others, some refused.
+    assert!(
+        fast > 0 && fast < admitted && admitted < 72,
+        "{fast} {admitted}"
+    );
+}
+
 #[tokio::test]
 async fn refusals_are_429_with_the_ietf_fields_and_a_retry_after_rounded_up() {
     let clock = ManualClock::new();

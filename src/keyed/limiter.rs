@@ -62,6 +62,9 @@ pub(crate) mod engine {
         /// [`KeyedEngine::take_state`] saw, with the same `n`.
         fn decision_of(&self, seen: Seen, n: u32) -> Decision;
 
+        /// Whether [`KeyedEngine::decision_of`] would admit, without building the decision.
+        fn admitted(&self, seen: Seen, n: u32) -> bool;
+
         /// Gives back to the limiter's own state `n` tokens it admitted moments ago that were
         /// never used, never past full ([`Sharded`](crate::Sharded)'s gather, undone half-way).
         fn give_back(&self, n: u32);
@@ -85,7 +88,7 @@ pub(crate) mod engine {
             self.run_on(&state.0, n)
         }
 
-        #[inline]
+        #[inline(always)]
         fn take_state(
             &self,
             state: &KeyState,
@@ -110,6 +113,13 @@ pub(crate) mod engine {
                 Step::Store(d, _) | Step::Keep(d) => {
                     settle(d.decide(self.algorithm(), seen.now, self.clock().resolution()))
                 }
+            }
+        }
+
+        #[inline]
+        fn admitted(&self, seen: Seen, n: u32) -> bool {
+            match self.step(seen.now, n, seen.fresh)(seen.word) {
+                Step::Store(d, _) | Step::Keep(d) => d.is_allowed(),
             }
         }
 
