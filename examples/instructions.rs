@@ -1,5 +1,6 @@
-//! Runs N checks of one limiter (allowed, or denied for the `-deny` subjects) in a loop that callgrind can isolate: the count of
-//! instructions per check, stable where timings are noisy. Driven by `scripts/instructions.sh`.
+//! Runs N checks of one limiter (allowed, or denied for the `-deny` subjects) in a loop that
+//! callgrind can isolate: the count of instructions per check, stable where timings are noisy.
+//! Driven by `scripts/instructions.sh`.
 //!
 //! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-coarse-deny|token-bucket-coarse-deny|mutex-bucket|mutex-gcra|governor|keyed|governor-keyed|quanta-now> [N]`
 

@@ -372,6 +372,23 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        self.check_key_via(key, n, |_, _| None, finish)
+    }
+
+    /// [`Keyed::check_key_then`], with `on_seen` asked first about what the one-quota fast path's
+    /// transition saw: its answer, if any, is the check's, and no decision is built.
+    #[inline(always)]
+    fn check_key_via<Q, R>(
+        &self,
+        key: &Q,
+        n: u32,
+        on_seen: impl FnOnce(&L, Seen) -> Option<R>,
+        finish: impl FnOnce(Result<Decision, InsufficientCapacity>) -> R,
+    ) -> R
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         if let Quotas::Shared { first, changed, .. } = &self.quotas {
             // Relaxed: a hint only; the entry's own limiter, read under the shard lock, decides.
             if !changed.load(Ordering::Relaxed) {
@@ -381,11 +398,19 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 if let Err(e) = InsufficientCapacity::check(n, first.quota().burst()) {
                     return finish(Err(e));
                 }
-                let seen = self
-                    .store
-                    .with_existing(key, |e, retired| Self::take_on_first(first, e, retired, n));
+                let seen = self.store.with_existing(key, |e, retired| {
+                    // A change that began since the hint may have moved this key already, or be
+                    // moving it (retired).
+                    if !Arc::ptr_eq(&e.limiter, first) {
+                        return None;
+                    }
+                    first.take_state(&e.state, n, retired.map(Retired::flag))
+                });
                 return match seen {
-                    Some(Some(seen)) => finish(Ok(first.decision_of(seen, n))),
+                    Some(Some(seen)) => match on_seen(first, seen) {
+                        Some(answer) => answer,
+                        None => finish(Ok(first.decision_of(seen, n))),
+                    },
                     Some(None) => finish(self.check_moved(key, n)),
                     None => finish(self.check_new(key, n, true)),
                 };
@@ -394,23 +419,6 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             // limiter, as with a quota function.
         }
         finish(self.check_on_entry(key, n))
-    }
-
-    /// The one-quota fast path's transition on the entry `e`: `None` if it is on another limiter
-    /// or being moved, else what the transition saw.
-    #[inline(always)]
-    fn take_on_first(
-        first: &Arc<L>,
-        e: &KeyEntry<L>,
-        retired: Option<&Retired>,
-        n: u32,
-    ) -> Option<Seen> {
-        // A change that began since the hint may have moved this key already, or be moving it
-        // (retired).
-        if !Arc::ptr_eq(&e.limiter, first) {
-            return None;
-        }
-        first.take_state(&e.state, n, retired.map(Retired::flag))
     }
 
     /// [`Keyed::check_key_then`] for a caller that needs nothing of an admission but that it
@@ -427,21 +435,8 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if let Quotas::Shared { first, changed, .. } = &self.quotas {
-            // Relaxed: as in `check_key_then`.
-            if !changed.load(Ordering::Relaxed) && n <= first.quota().burst() {
-                let seen = self
-                    .store
-                    .with_existing(key, |e, retired| Self::take_on_first(first, e, retired, n));
-                if let Some(Some(seen)) = seen {
-                    if first.admitted(seen, n) {
-                        return None;
-                    }
-                    return Some(Ok(first.decision_of(seen, n)));
-                }
-            }
-        }
-        Some(self.check_key_then(key, n, |answer| answer))
+        let admitted = |first: &L, seen| first.admitted(seen, n).then_some(None);
+        self.check_key_via(key, n, admitted, Some)
     }
 
     /// The check decided under the shard lock, on the entry's own limiter (a quota function's
