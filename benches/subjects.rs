@@ -631,6 +631,7 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     // The same table on the store whose lookups take no lock.
     let free = lock_free_table(q, QuantaClock::new());
     let free_coarse = lock_free_table(q, coarse());
+    let free_pinned = lock_free_table(q, QuantaClock::new());
     vec![
         keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
             black_box(&ours).check_key(k).is_allowed()
@@ -640,6 +641,20 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
             Kind::Ours,
             keys,
             move |k| black_box(&free).check_key(k).is_allowed(),
+        ),
+        // One pinned handle a run (a batch of checks on one thread), as a caller would hold it.
+        subject(
+            "Keyed<u64, Gcra>, lock-free store, pinned handle",
+            Kind::Ours,
+            move |iters| {
+                let mut key = KeyCycle::new(keys);
+                let mut pinned = black_box(&free_pinned).pinned();
+                let mut ok = 0;
+                for _ in 0..iters {
+                    ok += pinned.check_key(&key.next()).is_allowed() as u64;
+                }
+                ok
+            },
         ),
         keyed_loop(
             "Keyed<u64, Gcra> + CoarseClock, lock-free store",

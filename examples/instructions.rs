@@ -2,10 +2,13 @@
 //! callgrind can isolate: the count of instructions per check, stable where timings are noisy.
 //! Driven by `scripts/instructions.sh`.
 //!
-//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-coarse-deny|token-bucket-coarse-deny|mutex-bucket|mutex-gcra|governor|keyed|governor-keyed|quanta-now> [N]`
+//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-coarse-deny|token-bucket-coarse-deny|mutex-bucket|mutex-gcra|governor|keyed|keyed-lock-free|keyed-pinned|governor-keyed|quanta-now> [N]`
 
 use atomic_limiter::baseline::{MutexGcra, MutexTokenBucket};
-use atomic_limiter::{CoarseClock, Gcra, QuantaClock, Quota, RateLimiter, TokenBucket};
+use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
+use atomic_limiter::{
+    CoarseClock, Gcra, KeyQuotas, Keyed, QuantaClock, Quota, RateLimiter, TokenBucket,
+};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 
@@ -72,6 +75,31 @@ fn main() {
                 k = (k + 1) & 1023;
                 black_box(&l).check_key(&k).is_allowed()
             })
+        }
+        "keyed-lock-free" | "keyed-pinned" => {
+            let clock = QuantaClock::new();
+            let l = Keyed::with_store(
+                LockFreeStore::with_hasher(KeyHasher::new()),
+                1 << 20,
+                KeyQuotas::Every(q),
+                move |q| Gcra::with_clock(q, clock.clone()),
+            );
+            for k in 0..1024u64 {
+                let _ = l.check_key(&k);
+            }
+            let mut k = 0u64;
+            if which == "keyed-pinned" {
+                let mut pinned = black_box(&l).pinned();
+                measured_loop(n, || {
+                    k = (k + 1) & 1023;
+                    pinned.check_key(&k).is_allowed()
+                })
+            } else {
+                measured_loop(n, || {
+                    k = (k + 1) & 1023;
+                    black_box(&l).check_key(&k).is_allowed()
+                })
+            }
         }
         "governor-keyed" => {
             let l = governor::RateLimiter::keyed(

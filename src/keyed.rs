@@ -4,9 +4,13 @@
 
 pub(crate) mod due;
 pub(crate) mod limiter;
+#[cfg(feature = "papaya")]
+pub(crate) mod pinned;
 pub(crate) mod store;
 
 pub use self::limiter::KeyedLimiter;
+#[cfg(feature = "papaya")]
+pub use self::pinned::Pinned;
 #[cfg(feature = "papaya")]
 pub use self::store::LockFreeStore;
 pub use self::store::{Change, KeyedStore, Retired};
@@ -26,6 +30,7 @@ use crate::decision::Detail;
 use crate::gcra::Gcra;
 use crate::keyed::due::{DueQueue, Front, NoRoom};
 use crate::keyed::limiter::engine::{KeyState, Seen};
+use crate::keyed::store::{Lookup, PerLookup};
 use crate::limiter::retire_word;
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
@@ -36,6 +41,17 @@ use crate::token_bucket::TokenBucket;
 use crate::wait::Wait;
 use crate::wait::WaitError;
 use std::sync::PoisonError;
+
+/// [`Keyed::check_key`]'s answer for one token.
+#[inline(always)]
+fn one_token(answer: Result<Decision, InsufficientCapacity>) -> Decision {
+    match answer {
+        Ok(d) => d,
+        // Only a quota function can give a key a burst below 1, and quotas cannot: a request
+        // that could never pass, refused with no wait that would help.
+        Err(_) => Decision::never(0),
+    }
+}
 
 /// The hasher `Keyed` uses by default: aHash, keyed randomly per process, fast on short keys and
 /// resistant to hash flooding (an attacker who cannot see the keys cannot aim keys at one bucket).
@@ -335,12 +351,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check_key_then(key, 1, |answer| match answer {
-            Ok(d) => d,
-            // Only a quota function can give a key a burst below 1, and quotas cannot: a request
-            // that could never pass, refused with no wait that would help.
-            Err(_) => Decision::never(0),
-        })
+        self.check_key_then(key, 1, one_token)
     }
 
     /// Asks for `n` tokens for `key`, all or nothing; `n = 0` peeks.
@@ -372,14 +383,16 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check_key_via(key, n, |_, _| None, finish)
+        self.check_key_via(&PerLookup(&self.store), key, n, |_, _| None, finish)
     }
 
-    /// [`Keyed::check_key_then`], with `on_seen` asked first about what the one-quota fast path's
-    /// transition saw: its answer, if any, is the check's, and no decision is built.
+    /// [`Keyed::check_key_then`], the key looked up through `lookup`, with `on_seen` asked first
+    /// about what the one-quota fast path's transition saw: its answer, if any, is the check's,
+    /// and no decision is built.
     #[inline(always)]
     fn check_key_via<Q, R>(
         &self,
+        lookup: &impl Lookup<K, KeyEntry<L>>,
         key: &Q,
         n: u32,
         on_seen: impl FnOnce(&L, Seen) -> Option<R>,
@@ -398,7 +411,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 if let Err(e) = InsufficientCapacity::check(n, first.quota().burst()) {
                     return finish(Err(e));
                 }
-                let seen = self.store.with_existing(key, |e, retired| {
+                let seen = lookup.look_up(key, |e, retired| {
                     // A change that began since the hint may have moved this key already, or be
                     // moving it (retired).
                     if !Arc::ptr_eq(&e.limiter, first) {
@@ -418,7 +431,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             // Once the quota has changed, keys decide under the lock, each on its entry's
             // limiter, as with a quota function.
         }
-        finish(self.check_on_entry(key, n))
+        finish(self.check_on_entry(lookup, key, n))
     }
 
     /// [`Keyed::check_key_then`] for a caller that needs nothing of an admission but that it
@@ -436,23 +449,25 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let admitted = |first: &L, seen| first.admitted(seen, n).then_some(None);
-        self.check_key_via(key, n, admitted, Some)
+        self.check_key_via(&PerLookup(&self.store), key, n, admitted, Some)
     }
 
     /// The check decided under the shard lock, on the entry's own limiter (a quota function's
     /// tables, and a table with one quota once it has changed), or on a new key.
     #[inline(never)]
-    fn check_on_entry<Q>(&self, key: &Q, n: u32) -> Result<Decision, InsufficientCapacity>
+    fn check_on_entry<Q>(
+        &self,
+        lookup: &impl Lookup<K, KeyEntry<L>>,
+        key: &Q,
+        n: u32,
+    ) -> Result<Decision, InsufficientCapacity>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         let backoff = Backoff::new();
         loop {
-            match self
-                .store
-                .with_existing(key, |e, retired| e.check(n, retired))
-            {
+            match lookup.look_up(key, |e, retired| e.check(n, retired)) {
                 Some(Some(answer)) => return answer,
                 // Retired: the change that retired it replaces or removes it next, holding the
                 // index's lock (a few instructions, or a pass over the table).
@@ -569,7 +584,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.check_on_entry(key, n)
+        self.check_on_entry(&PerLookup(&self.store), key, n)
     }
 
     /// A key not (or no longer) held: take a place, insert a fresh limiter, check it. `serialised`

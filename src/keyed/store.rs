@@ -54,6 +54,30 @@ pub trait KeyedStore<K, V> {
     fn shrink_to_fit(&self) {}
 }
 
+/// A key's lookup, as a check makes it: through the store, which pins what it needs for the one
+/// lookup ([`PerLookup`]), or through a pin held across checks ([`HeldPin`]).
+pub(crate) trait Lookup<K, V> {
+    /// [`KeyedStore::with_existing`].
+    fn look_up<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized;
+}
+
+/// A store's own lookups, each pinning what it needs for itself.
+pub(crate) struct PerLookup<'a, M>(pub(crate) &'a M);
+
+impl<K, V, M: KeyedStore<K, V>> Lookup<K, V> for PerLookup<'_, M> {
+    #[inline(always)]
+    fn look_up<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.with_existing(key, f)
+    }
+}
+
 /// What [`KeyedStore::change`] makes of an entry.
 #[derive(Debug)]
 pub enum Change<V> {
@@ -205,6 +229,51 @@ impl<K: Hash + Eq, V, S: BuildHasher> LockFreeStore<K, V, S> {
                 .resize_mode(papaya::ResizeMode::Blocking)
                 .build(),
         }
+    }
+}
+
+/// A [`LockFreeStore`]'s map entered once for many lookups on one thread: each lookup then
+/// skips entering and leaving papaya's epoch. While it is held, what the table removes or
+/// replaces is kept, not freed; [`HeldPin::renew`] lets go of it.
+#[cfg(feature = "papaya")]
+pub(crate) struct HeldPin<'a, K, V, S> {
+    map: &'a papaya::HashMap<K, Slot<V>, S>,
+    guard: papaya::LocalGuard<'a>,
+}
+
+#[cfg(feature = "papaya")]
+impl<K: Hash + Eq, V, S: BuildHasher> LockFreeStore<K, V, S> {
+    /// The map, entered until the pin is dropped.
+    pub(crate) fn held_pin(&self) -> HeldPin<'_, K, V, S> {
+        HeldPin {
+            map: &self.map,
+            guard: self.map.guard(),
+        }
+    }
+}
+
+#[cfg(feature = "papaya")]
+impl<K, V, S> HeldPin<'_, K, V, S> {
+    /// Leaves the epoch and enters it again, so that what was removed before now can be freed
+    /// (unless another pin on this thread still holds it).
+    #[inline]
+    pub(crate) fn renew(&mut self) {
+        papaya::Guard::refresh(&mut self.guard);
+    }
+}
+
+#[cfg(feature = "papaya")]
+impl<K: Hash + Eq, V, S: BuildHasher> Lookup<K, V> for HeldPin<'_, K, V, S> {
+    #[inline(always)]
+    fn look_up<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // The held guard keeps the slot alive while `f` runs, as the store's own pin does.
+        self.map
+            .get(key, &self.guard)
+            .map(|s| f(&s.value, Some(&s.retired)))
     }
 }
 

@@ -623,11 +623,12 @@ fn set_quota_files_every_key_at_its_new_instant() {
     assert!(!table.requota(&3, Carry::Debt), "no quota function");
 }
 
-/// Two threads check on a frozen clock, each `check(i)` for `i` in `0..checks`, while a third
-/// calls `flip(flips)` until they are done (50 times at least): how many were admitted.
-fn admitted_while_flipping(
+/// Two threads check on a frozen clock, each `check(i)` for `i` in `0..checks` with a `check` of
+/// its own from `checker()`, while a third calls `flip(flips)` until they are done (50 times at
+/// least): how many were admitted.
+fn admitted_while_flipping<C: FnMut(u32) -> bool>(
     checks: u32,
-    check: impl Fn(u32) -> bool + Sync,
+    checker: impl Fn() -> C + Sync,
     flip: impl Fn(u32) + Sync,
 ) -> usize {
     use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -646,6 +647,7 @@ fn admitted_while_flipping(
         let checkers: Vec<_> = (0..2)
             .map(|_| {
                 s.spawn(|| {
+                    let mut check = checker();
                     start.wait();
                     for i in 0..checks {
                         if check(i) {
@@ -679,25 +681,31 @@ fn drain<K: std::hash::Hash + Eq + Clone>(
 /// Threads check four keys on a frozen clock while another flips the table between bursts of
 /// 100 and 50 at one rate, the debt carried as time: every admission is counted in the state
 /// carried over, so once the quota is back at 100 and every key drained, exactly 100 were
-/// admitted per key.
-#[test]
-fn set_quota_racing_checks_loses_no_admission() {
+/// admitted per key. Twenty rounds; `admitted(table, flip)` runs 400 checks racing `flip` and
+/// answers how many were admitted.
+fn set_quota_racing(
+    admitted: impl Fn(&Table<u32, Gcra<ManualClock>>, &(dyn Fn(u32) + Sync)) -> usize,
+) {
     use atomic_limiter::Carry;
     let big = Quota::per_second(10).with_burst(100);
     let small = Quota::per_second(10).with_burst(50);
     for round in 0..20 {
         let table = gcra_table(big, 8, ManualClock::new());
-        let admitted = admitted_while_flipping(
-            400,
-            |i| table.check_key(&(i % 4)).is_allowed(),
-            |flips| {
-                let _ = table.set_quota(if flips % 2 == 0 { small } else { big }, Carry::Debt);
-            },
-        );
+        let flip = |flips: u32| {
+            let _ = table.set_quota(if flips % 2 == 0 { small } else { big }, Carry::Debt);
+        };
+        let admitted = admitted(&table, &flip);
         let _ = table.set_quota(big, Carry::Debt);
         let rest = drain(&table, 0..4u32);
         assert_eq!(admitted + rest, 400, "round {round}");
     }
+}
+
+#[test]
+fn set_quota_racing_checks_loses_no_admission() {
+    set_quota_racing(|table, flip| {
+        admitted_while_flipping(400, || |i| table.check_key(&(i % 4)).is_allowed(), flip)
+    });
 }
 
 /// A key flood at the cap while the table's quota flips: three threads check four hot keys and
@@ -781,7 +789,7 @@ fn requota_racing_checks_loses_no_admission() {
         };
         let admitted = admitted_while_flipping(
             100,
-            |_| table.check_key(&7).is_allowed(),
+            || |_| table.check_key(&7).is_allowed(),
             |_| {
                 use_small.fetch_xor(true, Relaxed);
                 let _ = table.requota(&7, Carry::Debt);
