@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use atomic_limiter::http::{Headers, IpKey, PeerIp, RateLimitLayer};
 use atomic_limiter::keyed::{KeyEntry, KeyHasher, KeyedStore, LockFreeStore};
-use atomic_limiter::{Gcra, KeyQuotas, Keyed, Quota};
+use atomic_limiter::{Clock, CoarseClock, Gcra, KeyQuotas, Keyed, Quota};
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use http::{Request, Response};
@@ -90,9 +90,10 @@ pub const CASES: [(Path, u32); 4] = [
 
 /// Our layer on `keyed`, writing the legacy fields (what tower_governor writes, so both write
 /// alike), on allowed responses too when `headers`.
-fn our_layer<M>(keyed: Keyed<IpKey, Gcra, M>, headers: bool) -> Subject
+fn our_layer<C, M>(keyed: Keyed<IpKey, Gcra<C>, M>, headers: bool) -> Subject
 where
-    M: KeyedStore<IpKey, KeyEntry<Gcra>> + Send + Sync + 'static,
+    C: Clock + Clone + Send + Sync + 'static,
+    M: KeyedStore<IpKey, KeyEntry<Gcra<C>>> + Send + Sync + 'static,
 {
     let layer = RateLimitLayer::builder(PeerIp::new(), keyed)
         .headers(Headers::Legacy)
@@ -102,12 +103,12 @@ where
     Box::new(move |r| call(&mut service, r))
 }
 
-/// `[no layer, atomic-limiter, tower_governor, floor, atomic-limiter on the lock-free store]` on
-/// `path` for `clients` addresses, each
-/// already seen (and, when refusing, already out of tokens), every status checked once. The floor
-/// is the least a layer on `Keyed` can do: the peer address from the extensions, one keyed check,
-/// the inner service or a bare 429, written by hand with no tower layer and no fields.
-pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 5] {
+/// `[no layer, atomic-limiter, tower_governor, floor, atomic-limiter on the lock-free store,
+/// atomic-limiter on the coarse clock]` on `path` for `clients` addresses, each already seen (and,
+/// when refusing, already out of tokens), every status checked once. The floor is the least a
+/// layer on `Keyed` can do: the peer address from the extensions, one keyed check, the inner
+/// service or a bare 429, written by hand with no tower layer and no fields.
+pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 6] {
     let (per, burst) = match path {
         Path::Refused => (Duration::from_secs(3600), 1),
         _ => (Duration::from_nanos(1), 1_000_000),
@@ -125,6 +126,9 @@ pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 5] {
         move |q| Gcra::with_clock(q, clock.clone()),
     );
     let mut free = our_layer(lock_free, headers);
+    // The same layer on the clock that reads one word on admissions.
+    let coarse = Keyed::gcra_with_clock(quota, 2 * clients as usize, CoarseClock::new());
+    let mut coarse = our_layer(coarse, headers);
 
     let mut config = GovernorConfigBuilder::default();
     config
@@ -163,16 +167,18 @@ pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 5] {
             theirs(request(i)),
             floor(request(i)),
             free(request(i)),
+            coarse(request(i)),
         );
-        assert_eq!(statuses, (200, 200, 200, 200));
+        assert_eq!(statuses, (200, 200, 200, 200, 200));
         if path == Path::Refused {
             let statuses = (
                 ours(request(i)),
                 theirs(request(i)),
                 floor(request(i)),
                 free(request(i)),
+                coarse(request(i)),
             );
-            assert_eq!(statuses, (429, 429, 429, 429));
+            assert_eq!(statuses, (429, 429, 429, 429, 429));
         }
     }
     [
@@ -181,5 +187,6 @@ pub fn subjects(path: Path, clients: u32) -> [(&'static str, Subject); 5] {
         ("tower_governor", theirs),
         ("floor", floor),
         ("atomic-limiter, lock-free store", free),
+        ("atomic-limiter, coarse clock", coarse),
     ]
 }
