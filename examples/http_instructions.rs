@@ -5,7 +5,7 @@
 //! `cargo build --release --example http_instructions --features tower,axum`, then
 //! `valgrind --tool=callgrind --toggle-collect='*measured_loop*' target/release/examples/http_instructions <subject> 20000`,
 //! the subject one of 0 (no layer), 1 (atomic-limiter), 2 (tower_governor), 3 (the floor),
-//! 4 (atomic-limiter on the lock-free store).
+//! 4 (atomic-limiter on the lock-free store), 5 (atomic-limiter on the coarse clock).
 
 #[path = "../benches/http/subjects.rs"]
 mod subjects;
@@ -30,7 +30,7 @@ fn main() {
     let (path, clients) = CASES[0];
     let mut subjects = subjects(path, clients);
     let Some((name, subject)) = subjects.get_mut(which) else {
-        eprintln!("no subject {which}: 0 to 4");
+        eprintln!("no subject {which}: 0 to {}", subjects.len() - 1);
         std::process::exit(2);
     };
     let ok = measured_loop(n, &mut |i| subject(request(i % clients)));
