@@ -29,6 +29,10 @@ const RENEW_AFTER: u32 = 64;
 /// `Send`, so it cannot be held across an `.await` in a task that may move between threads. Two
 /// handles on one thread keep each other in the epoch until one is dropped.
 ///
+/// # Examples
+///
+/// Ten requests from one client in a row, through one handle, at five a second:
+///
 /// ```
 /// use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
 /// use atomic_limiter::{Gcra, KeyQuotas, Keyed, ManualClock, Quota};
@@ -43,6 +47,25 @@ const RENEW_AFTER: u32 = 64;
 /// let mut pinned = keyed.pinned();
 /// let admitted = (0..10).filter(|_| pinned.check_key(&"10.0.0.7").is_allowed()).count();
 /// assert_eq!(admitted, 5);
+/// ```
+///
+/// A handle stays on the thread that made it:
+///
+/// ```compile_fail,E0277
+/// use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
+/// use atomic_limiter::{Gcra, KeyQuotas, Keyed, Quota};
+///
+/// let keyed = Keyed::with_store(
+///     LockFreeStore::with_hasher(KeyHasher::new()),
+///     100,
+///     KeyQuotas::Every(Quota::per_second(5)),
+///     Gcra::new,
+/// );
+/// let mut pinned = keyed.pinned();
+/// assert!(pinned.check_key(&1_u64).is_allowed());
+/// std::thread::scope(|s| {
+///     s.spawn(move || pinned.check_key(&1_u64));
+/// });
 /// ```
 pub struct Pinned<'a, K, L, S> {
     keyed: &'a Keyed<K, L, LockFreeStore<K, KeyEntry<L>, S>>,
