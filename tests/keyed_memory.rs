@@ -100,6 +100,15 @@ fn a_quota_per_key<M: Store>(
     table(max_keys, quotas, clock)
 }
 
+/// Runs `f`, and answers what it returned and the most bytes that were live, above those live at
+/// the start, while it ran.
+fn peak_during<R>(f: impl FnOnce() -> R) -> (R, usize) {
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let r = f();
+    (r, PEAK.load(Ordering::Relaxed) - base)
+}
+
 /// One test, so that no other test's allocations are counted in between.
 #[test]
 fn memory_per_key_and_under_a_flood() {
@@ -127,18 +136,18 @@ fn memory_on<M: Store>(store: &str) {
 
     // Ten million distinct keys through a map capped at a million; buckets full 1 ms after use.
     let clock = ManualClock::new();
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let keyed = table::<M>(
-        1_000_000,
-        KeyQuotas::Every(Quota::per_second(1000).with_burst(1)),
-        &clock,
-    );
-    for key in 0..10_000_000u64 {
-        let _ = keyed.check_key(&key);
-        clock.advance_nanos(1_000);
-    }
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let (keyed, peak) = peak_during(|| {
+        let keyed = table::<M>(
+            1_000_000,
+            KeyQuotas::Every(Quota::per_second(1000).with_burst(1)),
+            &clock,
+        );
+        for key in 0..10_000_000u64 {
+            let _ = keyed.check_key(&key);
+            clock.advance_nanos(1_000);
+        }
+        keyed
+    });
     println!(
         "  flood of 10 000 000 keys, cap 1 000 000: {} keys held, peak {:.1} MB ({:.1} bytes per cap slot)",
         keyed.len(),
@@ -156,14 +165,14 @@ fn memory_on<M: Store>(store: &str) {
     // limiters of held keys are kept (this grew by 204 MiB over a million keys when every
     // distinct quota's limiter was kept forever).
     let clock = ManualClock::new();
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let keyed = a_quota_per_key::<M>(1000, &clock);
-    for key in 0..300_000u64 {
-        let _ = keyed.check_key(&key);
-        clock.advance_nanos(1_000_000);
-    }
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let (keyed, peak) = peak_during(|| {
+        let keyed = a_quota_per_key::<M>(1000, &clock);
+        for key in 0..300_000u64 {
+            let _ = keyed.check_key(&key);
+            clock.advance_nanos(1_000_000);
+        }
+        keyed
+    });
     println!(
         "  300 000 keys with distinct quotas, cap 1000: peak {:.2} MB",
         peak as f64 / 1e6
@@ -181,12 +190,11 @@ fn memory_on<M: Store>(store: &str) {
     for key in 0..10u64 {
         assert!(keyed.check_key(&key).is_allowed());
     }
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    for key in 10..500_010u64 {
-        assert!(keyed.check_key(&key).is_table_full());
-    }
-    let grown = PEAK.load(Ordering::Relaxed) - base;
+    let ((), grown) = peak_during(|| {
+        for key in 10..500_010u64 {
+            assert!(keyed.check_key(&key).is_table_full());
+        }
+    });
     println!("  500 000 refused keys: {grown} bytes allocated at the peak");
     assert!(grown < 4096, "{store}: {grown} bytes for refused keys");
 }
@@ -214,23 +222,24 @@ fn pinned_flood() {
 fn flood_peak(through_pinned: bool) -> usize {
     type Free = LockFreeStore<u64, Entry, KeyHasher>;
     let clock = ManualClock::new();
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let keyed = table::<Free>(
-        100_000,
-        KeyQuotas::Every(Quota::per_second(1000).with_burst(1)),
-        &clock,
-    );
-    // No handle at all for `check_key`: one held idle would keep every evicted entry.
-    let mut pinned = through_pinned.then(|| keyed.pinned());
-    for key in 0..1_000_000u64 {
-        let _ = match &mut pinned {
-            Some(pinned) => pinned.check_key(&key),
-            None => keyed.check_key(&key),
-        };
-        clock.advance_nanos(1_000);
-    }
-    drop(pinned);
+    let (keyed, peak) = peak_during(|| {
+        let keyed = table::<Free>(
+            100_000,
+            KeyQuotas::Every(Quota::per_second(1000).with_burst(1)),
+            &clock,
+        );
+        // No handle at all for `check_key`: one held idle would keep every evicted entry.
+        let mut pinned = through_pinned.then(|| keyed.pinned());
+        for key in 0..1_000_000u64 {
+            let _ = match &mut pinned {
+                Some(pinned) => pinned.check_key(&key),
+                None => keyed.check_key(&key),
+            };
+            clock.advance_nanos(1_000);
+        }
+        drop(pinned);
+        keyed
+    });
     assert!(keyed.len() <= 100_000);
-    PEAK.load(Ordering::Relaxed) - base
+    peak
 }
