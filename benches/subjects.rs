@@ -284,6 +284,61 @@ pub fn floors() -> Vec<Subject> {
     ]
 }
 
+/// GCRA's admission, the least a bucket that stores tokens can do, and the token bucket's: three
+/// subjects measured back to back, so that their ratios come from the same moments of the host.
+pub fn bucket_floor_subjects() -> Vec<Subject> {
+    let q = open_quota();
+    vec![
+        allow_loop("Gcra", Kind::Ours, Gcra::new(q)),
+        bare_bucket(),
+        allow_loop("TokenBucket", Kind::Ours, TokenBucket::new(q)),
+    ]
+}
+
+/// The least a token bucket of this crate's word can do on an admission of the open quota.
+fn bare_bucket() -> Subject {
+    // The least a token bucket of this crate's word can do on an admission: tokens and a
+    // tick stamp in one word, refilled by one multiply of the ticks elapsed, capped, one
+    // token taken. No drift-free refill, no re-phase at the cap, no step-back handling:
+    // not a limiter one could ship (it runs ahead of the exact quota), but what any
+    // bucket that stores tokens pays over GCRA, which stores the wait itself.
+    let clock = QuantaClock::new();
+    let word = AtomicU64::new(0);
+    // The open quota's: a token is 1024 units, a tick is 1 ns, 1024 units a tick (53 fraction
+    // bits). Opaque, as a quota's rate is: a constant would turn the multiply into a shift.
+    let rate = black_box(1u64 << 63);
+    subject("a bare packed bucket", Kind::Floor, move |iters| {
+        use atomic_limiter::Clock;
+        // The layout is a constant here (a favour: the crate's depends on the quota).
+        const TOKEN_BITS: u32 = 31;
+        const TOKENS: u64 = (1 << TOKEN_BITS) - 1;
+        const CAP: u64 = (Quota::MAX_BURST as u64) << 10;
+        let mut ok = 0;
+        for _ in 0..iters {
+            let tick = black_box(&clock).now();
+            let word = black_box(&word);
+            let mut cur = word.load(Ordering::Relaxed);
+            loop {
+                let elapsed = tick.wrapping_sub(cur >> TOKEN_BITS) & (u64::MAX >> TOKEN_BITS);
+                let refill = ((elapsed as u128 * rate as u128) >> 53) as u64;
+                let held = (cur & TOKENS).saturating_add(refill).min(CAP);
+                if held < 1 << 10 {
+                    break;
+                }
+                let new = (tick << TOKEN_BITS) | (held - (1 << 10));
+                match word.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        ok += 1;
+                        break;
+                    }
+                    Err(seen) => cur = seen,
+                }
+            }
+        }
+        ok
+    })
+}
+
 /// Every limiter on the allow path (a quota so large that nothing is denied).
 pub fn allow_subjects() -> Vec<Subject> {
     let q = open_quota();

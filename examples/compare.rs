@@ -27,8 +27,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use subjects::{
-    Kind, Subject, allow_subjects, deny_subjects, floors, keyed_subjects, run_threads,
-    throttle_subjects,
+    Kind, Subject, allow_subjects, bucket_floor_subjects, deny_subjects, floors, keyed_subjects,
+    run_threads, throttle_subjects,
 };
 
 struct Options {
@@ -804,6 +804,7 @@ fn main() {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
 
     let floor = single(&floors(), reps, sample);
+    let bucket_floor = single(&bucket_floor_subjects(), reps, sample);
     let allow = single(&allow_subjects(), reps, sample);
     let deny = single(&deny_subjects(false), reps, sample);
     let deny_retry = single(&deny_subjects(true), reps, sample);
@@ -886,6 +887,26 @@ fn main() {
             "TokenBucket allow / Gcra allow",
             ratio(find(&allow, "TokenBucket"), gcra),
             Some(1.10),
+            None,
+        ),
+        // What the row above cannot go below: GCRA, a bucket with nothing but its refill, and
+        // the token bucket, back to back.
+        target(
+            "bare packed bucket / Gcra allow (the floor of the row above: no exactness at all)",
+            ratio(
+                find(&bucket_floor, "a bare packed bucket"),
+                find(&bucket_floor, "Gcra"),
+            ),
+            None,
+            None,
+        ),
+        target(
+            "TokenBucket allow / bare packed bucket (what exactness costs)",
+            ratio(
+                find(&bucket_floor, "TokenBucket"),
+                find(&bucket_floor, "a bare packed bucket"),
+            ),
+            None,
             None,
         ),
         target(
@@ -1085,9 +1106,10 @@ fn main() {
         let _ = write!(s, "\"cores\":{cores},\"repetitions\":{reps},");
         let _ = write!(
             s,
-            "\"floor_ns\":{},\"allow_ns\":{},",
+            "\"floor_ns\":{},\"allow_ns\":{},\"bucket_floor_ns\":{},",
             json_series(&floor),
-            json_series(&allow)
+            json_series(&allow),
+            json_series(&bucket_floor)
         );
         let _ = write!(
             s,
@@ -1167,6 +1189,14 @@ fn main() {
             "Allow path, one thread (nothing denied)",
             "ns/check",
             &allow
+        )
+    );
+    print!(
+        "{}",
+        table(
+            "A token bucket's floor, one thread, back to back",
+            "ns/check",
+            &bucket_floor
         )
     );
     print!("{}", table("Deny path, one thread", "ns/check", &deny));
