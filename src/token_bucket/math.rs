@@ -106,6 +106,10 @@ struct Masks {
     /// [`BucketParams::stall_from`]: compared with whenever a stamp re-phased into the next tick
     /// or two is read back.
     stall: u64,
+    /// [`BucketParams::surely_refills`]' two shifts: the rate's power of two, `2^k <= rate`, as
+    /// `(elapsed << up) >> down == floor(elapsed × 2^(k - RATE_FRAC))`.
+    up: u32,
+    down: u32,
 }
 
 impl BucketParams {
@@ -148,6 +152,8 @@ impl BucketParams {
                 stamp: 0,
                 recheck: 0,
                 stall: 0,
+                up: 0,
+                down: 0,
             },
         };
         #[cfg(not(atomic_limiter_seeded_bug = "layout"))]
@@ -159,7 +165,31 @@ impl BucketParams {
         p.masks.stamp = u64::MAX >> token_bits;
         p.masks.recheck = 1 << (stamp_bits - 1);
         p.masks.stall = p.stall_threshold();
+        // A tick refills more than half a unit (the tick is the largest power of two within
+        // `period / UNIT`, or coarser), so `k >= RATE_FRAC - 1`; the lower branch is for safety.
+        let k = if rate == 0 {
+            0
+        } else {
+            63 - rate.leading_zeros()
+        };
+        if k + 1 >= RATE_FRAC {
+            p.masks.up = k + 1 - RATE_FRAC;
+            p.masks.down = 1;
+        } else {
+            p.masks.up = 0;
+            p.masks.down = RATE_FRAC - k;
+        }
         p
+    }
+
+    /// Whether `elapsed` ticks surely refill at least `room` units, told from the rate's power of
+    /// two without a multiply: the whole-unit refill over them is at least
+    /// `floor(elapsed × rate / 2^RATE_FRAC)` (a difference of floors is at least the floor of the
+    /// difference), and that is at least `floor(elapsed × 2^k / 2^RATE_FRAC)`. For `elapsed` below
+    /// half the stamp cycle (at most 2^52 ticks), the shift up (at most 11) cannot overflow.
+    #[inline(always)]
+    const fn surely_refills(&self, elapsed: u64, room: u64) -> bool {
+        (elapsed << (self.masks.up & 63)) >> (self.masks.down & 63) >= room
     }
 
     #[inline]
@@ -245,37 +275,34 @@ impl BucketParams {
     /// bucket drops everything accrued before the instant it is full; a grid that kept the part of
     /// a unit accrued since its last whole unit (or since the start of the tick) would run ahead
     /// of it.
+    ///
+    /// Worked out relative to now's tick, whose position is `A = tick × rate`: the exact position
+    /// lies `d = ceil(f × rate / 2^shift)` past it (`f` the nanoseconds into the tick), and tick
+    /// `tick + k` has reached it when `k × rate` covers `d` and the fraction of a unit it holds,
+    /// which depends only on `A`'s low bits. So one full product (`f × rate`) and one wrapping
+    /// one, where the absolute positions took two full products. Walks forward by adding `rate`:
+    /// the gap is under one unit plus one tick and a tick adds more than half a unit, so it stops
+    /// within three steps (bounded at four regardless).
     #[inline]
     pub(crate) const fn rephase(&self, now_ns: u64) -> u128 {
-        let tick = now_ns >> self.shift;
-        self.rephase_from(
-            tick,
-            tick as u128 * self.rate as u128,
-            now_ns as u128 * self.rate as u128,
-        )
-    }
-
-    /// [`BucketParams::rephase`] with the products already at hand: `at_tick = tick × rate` and
-    /// `exact = now_ns × rate` (so the exact position is `exact / 2^shift`). Walks forward by
-    /// adding `rate`, no multiply: the gap is under one unit plus one tick and a tick adds at least
-    /// half a unit, so it stops within three steps (bounded at four regardless).
-    #[inline]
-    const fn rephase_from(&self, tick: u64, mut at_tick: u128, exact: u128) -> u128 {
-        // Wide: at the end of time the next unit boundary lies past tick u64::MAX.
-        let mut tick = tick as u128;
-        // Rounded up, by shifting: the product is below 2^127, so the addition cannot overflow.
-        // The shift is at most 63: said so, the compiler shifts the two words without testing
-        // for a shift past one word.
+        // At most 63 (said so, the shifts need no test for a shift past a word).
         let shift = self.shift & 63;
-        let target = (exact + ((1u64 << shift) - 1) as u128) >> shift;
-        let whole = !((1u128 << RATE_FRAC) - 1);
-        let mut tries = 0;
-        while at_tick & whole < target && tries < 4 {
-            tick += 1;
-            at_tick += self.rate as u128;
-            tries += 1;
+        let tick = now_ns >> shift;
+        let into = now_ns & ((1u64 << shift) - 1);
+        let rate = self.rate as u128;
+        // Rounded up, by shifting: `into × rate` is below 2^127, so the addition cannot overflow.
+        let d = (into as u128 * rate + ((1u64 << shift) - 1) as u128) >> shift;
+        let fraction = (1u64 << RATE_FRAC) - 1;
+        let low = tick.wrapping_mul(self.rate) & fraction;
+        let mut k = 0u64;
+        let mut covered = 0u128;
+        // Tick `tick + k` holds `(low + k × rate) mod 2^RATE_FRAC` of a unit past its whole count.
+        while k < 4 && covered < d + ((low.wrapping_add(covered as u64) & fraction) as u128) {
+            k += 1;
+            covered += rate;
         }
-        tick
+        // Wide: at the end of time the next unit boundary lies past tick u64::MAX.
+        tick as u128 + k as u128
     }
 
     /// The tick length in ns.
@@ -533,16 +560,21 @@ const fn refilled(
     let now_tick = now_ns >> p.shift;
     let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
     if elapsed < p.recheck_from() {
+        let room = p.cap - tokens;
+        // Full for sure, told without the products (a stream below its quota finds its bucket
+        // full on most checks): the same answer as the test on the refill below.
+        if elapsed <= now_tick && p.surely_refills(elapsed, room) {
+            return Some(full_at(now_ns, p));
+        }
         // As in `refilled_rare`: the same units, the same tests, in the same order.
         let stamp_abs = now_tick.saturating_sub(elapsed);
         let at_now = now_tick as u128 * p.rate as u128;
         let refill = ((at_now >> RATE_FRAC) - p.units(stamp_abs)) as u64;
-        let room = p.cap - tokens;
         if refill + p.grid_lag < room {
             return Some((now_tick as u128, tokens + refill, now_tick));
         }
         if refill >= room {
-            return Some(full_at(now_ns, now_tick, at_now, p));
+            return Some(full_at(now_ns, p));
         }
     } else if elapsed >= p.stall_from() && tokens < p.cap {
         // A stamp a little ahead (re-phased, or another core's): behind for every reading,
@@ -611,7 +643,7 @@ const fn refilled_rare(
                 || ((tokens as u128) << RATE_FRAC) + (exact >> p.shift) - (from_units << RATE_FRAC)
                     >= (p.cap as u128) << RATE_FRAC;
             if full {
-                full_at(now_ns, now_tick, at_now, p)
+                full_at(now_ns, p)
             } else {
                 (now_tick as u128, tokens + refill, now_tick)
             }
@@ -619,21 +651,18 @@ const fn refilled_rare(
     })
 }
 
-/// The bucket full at `now_ns` (`at_now` is `now_tick × rate`), for both paths of [`refilled`].
-/// The exact bucket drops the excess and everything accrued before this nanosecond; so must the
-/// grid, or it would run ahead of exact time: the next refill counts from the first tick at or
-/// past the exact position (a stamp in the future reads as "no refill yet").
+/// The bucket full at `now_ns`, for both paths of [`refilled`]. The exact bucket drops the excess
+/// and everything accrued before this nanosecond; so must the grid, or it would run ahead of exact
+/// time: the next refill counts from the first tick at or past the exact position (a stamp in the
+/// future reads as "no refill yet").
 #[inline(always)]
-const fn full_at(now_ns: u64, now_tick: u64, at_now: u128, p: &BucketParams) -> (u128, u64, u64) {
+const fn full_at(now_ns: u64, p: &BucketParams) -> (u128, u64, u64) {
     #[cfg(not(atomic_limiter_seeded_bug = "bucket"))]
-    let from = p.rephase_from(now_tick, at_now, now_ns as u128 * p.rate as u128);
+    let from = p.rephase(now_ns);
     // The fuzzers' teeth check: no re-phase, so the part of a unit accrued on the grid is kept at
     // the cap (the lead the property tests first found).
     #[cfg(atomic_limiter_seeded_bug = "bucket")]
-    let from = {
-        let _ = (now_ns, at_now);
-        now_tick as u128
-    };
+    let from = (now_ns >> p.shift) as u128;
     (from, p.cap, from as u64)
 }
 
@@ -835,9 +864,76 @@ mod tests {
     // Pure arithmetic, so nothing for Miri to see; and proptest's file of failing seeds needs the
     // working directory, which Miri's isolation hides.
     #[cfg(not(miri))]
-    mod stands {
+    mod properties {
         use super::*;
         use proptest::prelude::*;
+
+        /// Any quota a bucket takes: `rate` per `per_ns`, from a fraction of a nanosecond to hours
+        /// a token, bursts up to the largest (ticks coarsened to keep sixteen fills per cycle).
+        fn any_quota() -> impl Strategy<Value = Quota> {
+            (
+                prop_oneof![Just(1u64), 1u64..=1_000_000_000],
+                1u64..=10_000_000_000_000,
+                prop_oneof![1u32..=100, 1u32..=Quota::MAX_BURST],
+            )
+                .prop_filter_map("not a quota", |(rate, per_ns, burst)| {
+                    Quota::try_from_nanos(rate, per_ns, burst).ok()
+                })
+        }
+
+        /// Readings near the start of time, near its end, on a tick's edges, or anywhere.
+        fn reading() -> impl Strategy<Value = u64> {
+            prop_oneof![
+                0u64..4096,
+                (0u64..4096).prop_map(|k| u64::MAX - k),
+                (any::<u64>(), 0u64..3).prop_map(|(t, k)| (t >> 20 << 20).wrapping_sub(k)),
+                any::<u64>(),
+            ]
+        }
+
+        /// [`BucketParams::rephase`] as first written, on absolute positions: two full products.
+        fn rephase_on_absolute_positions(p: &BucketParams, now_ns: u64) -> u128 {
+            let tick = now_ns >> p.shift;
+            let mut at_tick = tick as u128 * p.rate as u128;
+            let target = (now_ns as u128 * p.rate as u128).div_ceil(1 << p.shift);
+            let whole = !((1u128 << RATE_FRAC) - 1);
+            let mut to = tick as u128;
+            while at_tick & whole < target && to - (tick as u128) < 4 {
+                to += 1;
+                at_tick += p.rate as u128;
+            }
+            to
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4096))]
+
+            /// The re-phase worked out relative to now's tick lands on the tick the absolute
+            /// positions give.
+            #[test]
+            fn the_relative_rephase_is_the_absolute_one(q in any_quota(), now in reading()) {
+                let p = BucketParams::new(&q);
+                prop_assert_eq!(p.rephase(now), rephase_on_absolute_positions(&p, now));
+            }
+
+            /// Ticks that surely refill the room do refill at least that much, from any stamp.
+            #[test]
+            fn a_sure_refill_is_one(
+                q in any_quota(),
+                stamp in any::<u64>(),
+                elapsed in prop_oneof![0u64..5000, any::<u64>()],
+                room in any::<u64>(),
+            ) {
+                let p = BucketParams::new(&q);
+                let elapsed = elapsed % p.recheck_from();
+                let stamp = (stamp >> p.shift).min(u64::MAX - elapsed);
+                let room = room % (p.cap + 1);
+                if p.surely_refills(elapsed, room) {
+                    let refill = p.units(stamp + elapsed) - p.units(stamp);
+                    prop_assert!(refill >= u128::from(room), "{} < {}", refill, room);
+                }
+            }
+        }
 
         /// Periods from a nanosecond to hours (ticks from 1 ns to seconds), bursts to 5 000.
         fn quota() -> impl Strategy<Value = Quota> {
