@@ -19,7 +19,9 @@ const RENEW_AFTER: u32 = 64;
 /// Many checks in a row on one thread, on a [`Keyed`] table on the [`LockFreeStore`]: the map's
 /// epoch is entered once for them all, where [`Keyed::check_key`] enters and leaves it for each
 /// (the leaving is an atomic swap, the largest cost of a lookup after the state word's own
-/// compare-and-swap). Every answer is the one `check_key` would give.
+/// compare-and-swap). Every answer is the one `check_key` would give. A handle also remembers the
+/// key it found last, so a run of checks on one key (a client's burst, a flood from one address)
+/// skips the hash and the lookup.
 ///
 /// **What it holds.** While a handle is in the epoch, what the table removes or replaces (evicted
 /// keys, keys moved to a new quota, the map's old array after it grows) is kept instead of freed.

@@ -1,11 +1,17 @@
 use core::borrow::Borrow;
+#[cfg(feature = "papaya")]
+use core::cell::Cell;
 use core::hash::{BuildHasher, Hash};
+#[cfg(feature = "papaya")]
+use core::ptr::NonNull;
 
 use alloc::vec::Vec;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
 use crate::sync::AtomicBool;
+#[cfg(feature = "papaya")]
+use crate::sync::Ordering;
 
 /// The map a [`Keyed`](crate::Keyed) limiter keeps its keys in: [`DashMap`] by default, whose
 /// lookups take a shard's read lock and whose changes hold the entry exclusively; or
@@ -235,11 +241,23 @@ impl<K: Hash + Eq, V, S: BuildHasher> LockFreeStore<K, V, S> {
 /// A [`LockFreeStore`]'s map entered once for many lookups on one thread: each lookup then
 /// skips entering and leaving papaya's epoch. While it is held, what the table removes or
 /// replaces is kept, not freed; [`HeldPin::renew`] lets go of it.
+///
+/// It remembers the key it found last and that key's slot, so that a run of lookups of one key
+/// (a client's burst, a flood from one address) skips the hash and the probe. A slot not retired
+/// is the key's own: the table retires a slot before it moves or removes it, and a retired slot
+/// stays retired.
 #[cfg(feature = "papaya")]
 pub(crate) struct HeldPin<'a, K, V, S> {
     map: &'a papaya::HashMap<K, Slot<V>, S>,
     guard: papaya::LocalGuard<'a>,
+    /// The key found last and its slot, both read from the map through `guard`; cleared when
+    /// the guard is refreshed.
+    last: Cell<Option<Found<K, V>>>,
 }
+
+/// A key in the map and its slot, as a [`HeldPin`] remembers them.
+#[cfg(feature = "papaya")]
+type Found<K, V> = (NonNull<K>, NonNull<Slot<V>>);
 
 #[cfg(feature = "papaya")]
 impl<K: Hash + Eq, V, S: BuildHasher> LockFreeStore<K, V, S> {
@@ -248,6 +266,7 @@ impl<K: Hash + Eq, V, S: BuildHasher> LockFreeStore<K, V, S> {
         HeldPin {
             map: &self.map,
             guard: self.map.guard(),
+            last: Cell::new(None),
         }
     }
 }
@@ -255,9 +274,11 @@ impl<K: Hash + Eq, V, S: BuildHasher> LockFreeStore<K, V, S> {
 #[cfg(feature = "papaya")]
 impl<K, V, S> HeldPin<'_, K, V, S> {
     /// Leaves the epoch and enters it again, so that what was removed before now can be freed
-    /// (unless another pin on this thread still holds it).
+    /// (unless another pin on this thread still holds it). The slot remembered may be freed
+    /// then, so it is forgotten first.
     #[inline]
     pub(crate) fn renew(&mut self) {
+        self.last.set(None);
         papaya::Guard::refresh(&mut self.guard);
     }
 }
@@ -265,15 +286,33 @@ impl<K, V, S> HeldPin<'_, K, V, S> {
 #[cfg(feature = "papaya")]
 impl<K: Hash + Eq, V, S: BuildHasher> Lookup<K, V> for HeldPin<'_, K, V, S> {
     #[inline(always)]
+    #[allow(unsafe_code)]
     fn look_up<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // The held guard keeps the slot alive while `f` runs, as the store's own pin does.
-        self.map
-            .get(key, &self.guard)
-            .map(|s| f(&s.value, Some(&s.retired)))
+        let last = self.last.get().and_then(|(k, s)| {
+            // SAFETY: both were read from the map through `self.guard`, which has not left its
+            // epoch since (`renew` forgets them first) and is dropped only with `self`: papaya
+            // frees nothing a guard read before it leaves.
+            let (k, s) = unsafe { (k.as_ref(), s.as_ref()) };
+            // Relaxed: a hint only, to look a moved key up again at once; whether the slot was
+            // still the key's is decided by the check's compare-and-swap on its state word,
+            // which retiring the slot changes, as for a slot just found.
+            (k.borrow() == key && !s.retired.flag().load(Ordering::Relaxed)).then_some(s)
+        });
+        let s = match last {
+            Some(s) => s,
+            None => {
+                // The held guard keeps the slot alive while `f` runs, as the store's own pin
+                // does.
+                let (k, s) = self.map.get_key_value(key, &self.guard)?;
+                self.last.set(Some((NonNull::from(k), NonNull::from(s))));
+                s
+            }
+        };
+        Some(f(&s.value, Some(&s.retired)))
     }
 }
 
