@@ -2,7 +2,7 @@
 //! callgrind can isolate: the count of instructions per check, stable where timings are noisy.
 //! Driven by `scripts/instructions.sh`.
 //!
-//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-coarse-deny|token-bucket-coarse-deny|mutex-bucket|mutex-gcra|governor|keyed|keyed-lock-free|keyed-pinned|governor-keyed|quanta-now> [N]`
+//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-coarse-deny|token-bucket-coarse-deny|mutex-bucket|mutex-gcra|governor|keyed|keyed-lock-free|keyed-pinned|keyed-pinned-one-key|governor-keyed|quanta-now> [N]`
 
 use atomic_limiter::baseline::{MutexGcra, MutexTokenBucket};
 use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
@@ -76,7 +76,7 @@ fn main() {
                 black_box(&l).check_key(&k).is_allowed()
             })
         }
-        "keyed-lock-free" | "keyed-pinned" => {
+        "keyed-lock-free" | "keyed-pinned" | "keyed-pinned-one-key" => {
             let clock = QuantaClock::new();
             let l = Keyed::with_store(
                 LockFreeStore::with_hasher(KeyHasher::new()),
@@ -88,10 +88,12 @@ fn main() {
                 let _ = l.check_key(&k);
             }
             let mut k = 0u64;
-            if which == "keyed-pinned" {
+            if which != "keyed-lock-free" {
+                // The one-key run checks key 0 throughout: the handle's run of one key.
+                let mask = if which == "keyed-pinned" { 1023 } else { 0 };
                 let mut pinned = black_box(&l).pinned();
                 measured_loop(n, || {
-                    k = (k + 1) & 1023;
+                    k = (k + 1) & mask;
                     pinned.check_key(&k).is_allowed()
                 })
             } else {
