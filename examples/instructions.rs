@@ -2,7 +2,7 @@
 //! callgrind can isolate: the count of instructions per check, stable where timings are noisy.
 //! Driven by `scripts/instructions.sh`.
 //!
-//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-coarse-deny|token-bucket-coarse-deny|mutex-bucket|mutex-gcra|governor|keyed|keyed-lock-free|keyed-pinned|keyed-pinned-one-key|governor-keyed|quanta-now> [N]`
+//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-deny-retry|token-bucket-deny-retry|gcra-coarse-deny|token-bucket-coarse-deny|mutex-bucket|mutex-gcra|governor|keyed|keyed-lock-free|keyed-pinned|keyed-pinned-one-key|governor-keyed|quanta-now> [N]`
 
 use atomic_limiter::baseline::{MutexGcra, MutexTokenBucket};
 use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
@@ -31,6 +31,16 @@ fn deny<L: RateLimiter>(l: L, n: u64) -> u64 {
     measured_loop(n, || black_box(&l).check().is_allowed())
 }
 
+/// [`deny`], each denial's retry-after read, as a 429 response does.
+fn deny_retry<L: RateLimiter>(l: L, n: u64) -> u64 {
+    let _ = l.check();
+    measured_loop(n, || {
+        let d = black_box(&l).check();
+        black_box(d.retry_after());
+        d.is_allowed()
+    })
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map(String::as_str).unwrap_or("gcra");
@@ -47,6 +57,8 @@ fn main() {
         }
         "gcra-deny" => deny(Gcra::new(drained()), n),
         "token-bucket-deny" => deny(TokenBucket::new(drained()), n),
+        "gcra-deny-retry" => deny_retry(Gcra::new(drained()), n),
+        "token-bucket-deny-retry" => deny_retry(TokenBucket::new(drained()), n),
         "gcra-coarse-deny" => deny(Gcra::with_clock(drained(), CoarseClock::new()), n),
         "token-bucket-coarse-deny" => {
             deny(TokenBucket::with_clock(drained(), CoarseClock::new()), n)
