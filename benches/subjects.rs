@@ -295,13 +295,12 @@ pub fn bucket_floor_subjects() -> Vec<Subject> {
     ]
 }
 
-/// The least a token bucket of this crate's word can do on an admission of the open quota.
+/// The least a token bucket of this crate's word can do on an admission of the open quota: tokens
+/// and a tick stamp in one word, refilled by one multiply of the ticks elapsed, capped, one token
+/// taken. No drift-free refill, no re-phase at the cap, no step-back handling: not a limiter one
+/// could ship (it runs ahead of the exact quota), but what any bucket that stores tokens pays
+/// over GCRA, which stores the wait itself.
 fn bare_bucket() -> Subject {
-    // The least a token bucket of this crate's word can do on an admission: tokens and a
-    // tick stamp in one word, refilled by one multiply of the ticks elapsed, capped, one
-    // token taken. No drift-free refill, no re-phase at the cap, no step-back handling:
-    // not a limiter one could ship (it runs ahead of the exact quota), but what any
-    // bucket that stores tokens pays over GCRA, which stores the wait itself.
     let clock = QuantaClock::new();
     let word = AtomicU64::new(0);
     // The open quota's: a token is 1024 units, a tick is 1 ns, 1024 units a tick (53 fraction

@@ -94,7 +94,8 @@ pub(crate) struct BucketParams {
     masks: Masks,
 }
 
-/// [`BucketParams`]' layout figures: each a function of `token_bits` and `shift`.
+/// [`BucketParams`]' layout figures, each a function of `token_bits` and `shift`, and the shifts
+/// that bound a refill from below, of `rate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Masks {
     /// The low `token_bits` bits.
