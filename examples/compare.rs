@@ -1194,7 +1194,8 @@ fn main() {
     print!(
         "{}",
         table(
-            "A token bucket's floor, one thread, back to back",
+            "What a token bucket costs, one thread, back to back\n  (a bare packed bucket: tokens and a \
+             stamp in one word, refilled by one multiply, nothing exact; not a limiter)",
             "ns/check",
             &bucket_floor
         )
