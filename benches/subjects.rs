@@ -686,6 +686,7 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     let free = lock_free_table(q, QuantaClock::new());
     let free_coarse = lock_free_table(q, coarse());
     let free_pinned = lock_free_table(q, QuantaClock::new());
+    let free_pinned_coarse = lock_free_table(q, coarse());
     vec![
         keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
             black_box(&ours).check_key(k).is_allowed()
@@ -696,25 +697,21 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
             keys,
             move |k| black_box(&free).check_key(k).is_allowed(),
         ),
-        // One pinned handle a run (a batch of checks on one thread), as a caller would hold it.
-        subject(
+        pinned_loop(
             "Keyed<u64, Gcra>, lock-free store, pinned handle",
-            Kind::Ours,
-            move |iters| {
-                let mut key = KeyCycle::new(keys);
-                let mut pinned = black_box(&free_pinned).pinned();
-                let mut ok = 0;
-                for _ in 0..iters {
-                    ok += pinned.check_key(&key.next()).is_allowed() as u64;
-                }
-                ok
-            },
+            keys,
+            free_pinned,
         ),
         keyed_loop(
             "Keyed<u64, Gcra> + CoarseClock, lock-free store",
             Kind::Ours,
             keys,
             move |k| black_box(&free_coarse).check_key(k).is_allowed(),
+        ),
+        pinned_loop(
+            "Keyed<u64, Gcra> + CoarseClock, lock-free store, pinned handle",
+            keys,
+            free_pinned_coarse,
         ),
         keyed_loop(
             "Keyed<u64, Gcra> + CoarseClock",
@@ -755,6 +752,28 @@ fn lock_free_table<C: atomic_limiter::Clock + Clone + Send + Sync + 'static>(
         atomic_limiter::KeyQuotas::Every(q),
         move |q| Gcra::with_clock(q, clock.clone()),
     )
+}
+
+/// A keyed subject through one pinned handle a run (a batch of checks on one thread), as a caller
+/// would hold it.
+fn pinned_loop<C: atomic_limiter::Clock + Clone + Send + Sync + 'static>(
+    name: &'static str,
+    keys: u64,
+    table: atomic_limiter::Keyed<
+        u64,
+        Gcra<C>,
+        atomic_limiter::keyed::LockFreeStore<u64, atomic_limiter::keyed::KeyEntry<Gcra<C>>>,
+    >,
+) -> Subject {
+    subject(name, Kind::Ours, move |iters| {
+        let mut key = KeyCycle::new(keys);
+        let mut pinned = black_box(&table).pinned();
+        let mut ok = 0;
+        for _ in 0..iters {
+            ok += pinned.check_key(&key.next()).is_allowed() as u64;
+        }
+        ok
+    })
 }
 
 /// A keyed subject: `iters` checks over this thread's `keys` keys in turn.
