@@ -916,6 +916,15 @@ fn main() {
             None,
         ),
         target(
+            "TokenBucket deny / Gcra deny, 100/s (the bucket refilling)",
+            ratio(
+                find(&deny, "TokenBucket, 100/s"),
+                find(&deny, "Gcra, 100/s"),
+            ),
+            Some(1.15),
+            None,
+        ),
+        target(
             "TokenBucket deny + retry-after / Gcra deny + retry-after",
             ratio(find(&deny_retry, "TokenBucket"), find(&deny_retry, "Gcra")),
             Some(1.3),
@@ -935,6 +944,15 @@ fn main() {
             ratio(
                 find(&deny, "TokenBucket + CoarseClock"),
                 find(&deny, "Gcra + CoarseClock"),
+            ),
+            Some(1.5),
+            None,
+        ),
+        target(
+            "TokenBucket + CoarseClock deny / Gcra + CoarseClock deny, 100/s (ticks shorter than the clock's lag)",
+            ratio(
+                find(&deny, "TokenBucket + CoarseClock, 100/s"),
+                find(&deny, "Gcra + CoarseClock, 100/s"),
             ),
             Some(1.5),
             None,

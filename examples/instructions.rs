@@ -2,7 +2,7 @@
 //! callgrind can isolate: the count of instructions per check, stable where timings are noisy.
 //! Driven by `scripts/instructions.sh`.
 //!
-//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-deny-retry|token-bucket-deny-retry|gcra-coarse-deny|token-bucket-coarse-deny|mutex-bucket|mutex-gcra|governor|keyed|keyed-lock-free|keyed-pinned|keyed-pinned-one-key|governor-keyed|quanta-now> [N]`
+//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-deny-retry|token-bucket-deny-retry|gcra-coarse-deny|token-bucket-coarse-deny|token-bucket-deny-100|gcra-coarse-deny-100|token-bucket-coarse-deny-100|mutex-bucket|mutex-gcra|governor|keyed|keyed-lock-free|keyed-pinned|keyed-pinned-one-key|governor-keyed|quanta-now> [N]`
 
 use atomic_limiter::baseline::{MutexGcra, MutexTokenBucket};
 use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
@@ -24,6 +24,13 @@ fn measured_loop<F: FnMut() -> bool>(n: u64, mut check: F) -> u64 {
 /// One an hour: drained by its first check, so every measured check is a denial.
 fn drained() -> Quota {
     Quota::per_hour(1)
+}
+
+/// A hundred a second, one at a time: drained by its first check, then refilling on every
+/// check (an hour's quota leaves the bucket's stamp ahead of the clock for seconds after the
+/// drain), with ticks of 8 us, shorter than a coarse clock's lag.
+fn refilling() -> Quota {
+    Quota::per_second(100).with_burst(1)
 }
 
 fn deny<L: RateLimiter>(l: L, n: u64) -> u64 {
@@ -62,6 +69,11 @@ fn main() {
         "gcra-coarse-deny" => deny(Gcra::with_clock(drained(), CoarseClock::new()), n),
         "token-bucket-coarse-deny" => {
             deny(TokenBucket::with_clock(drained(), CoarseClock::new()), n)
+        }
+        "token-bucket-deny-100" => deny(TokenBucket::new(refilling()), n),
+        "gcra-coarse-deny-100" => deny(Gcra::with_clock(refilling(), CoarseClock::new()), n),
+        "token-bucket-coarse-deny-100" => {
+            deny(TokenBucket::with_clock(refilling(), CoarseClock::new()), n)
         }
         "mutex-bucket" => {
             let l = MutexTokenBucket::<QuantaClock>::new(q);

@@ -165,7 +165,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     #[inline(never)]
     fn fresh_on(&self, cell: &StateCell, n: u32, made: u64, denial: Option<A::Answer>) -> Decision {
         let now = self.fresh_reading();
-        if let Some(answer) = denial.filter(|a| self.algorithm.stands_at(a, made, now)) {
+        if let Some(answer) = denial.and_then(|a| self.algorithm.answer_at(&a, made, now)) {
             return answer.into_final(&self.algorithm, now, self.clock.resolution());
         }
         let answer = cell.update_inlined(self.step(now, n, true));
@@ -202,7 +202,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     ) -> Option<Decision> {
         let now = self.fresh_reading();
         // A denial takes nothing: one made before a retirement may still be answered.
-        if let Some(answer) = denial.filter(|a| self.algorithm.stands_at(a, made, now)) {
+        if let Some(answer) = denial.and_then(|a| self.algorithm.answer_at(&a, made, now)) {
             return Some(answer.into_final(&self.algorithm, now, self.clock.resolution()));
         }
         let answer = self.word.update(live(retired, self.step(now, n, true)))?;

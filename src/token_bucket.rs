@@ -213,11 +213,21 @@ impl Engine for TokenBucketAlgorithm {
         }
     }
 
-    /// A denial that depends on its reading only through the tick ([`math::denial_stands`]).
+    /// A denial that depends on its reading only through the tick ([`math::denial_stands`]), or
+    /// carried to a later tick ([`math::denial_carried`]).
     #[inline(always)]
-    fn stands_at(&self, answer: &BucketAnswer, made: u64, later: u64) -> bool {
-        let denial = !answer.is_allowed() && !answer.is_recheck();
-        denial && math::denial_stands(u64::from(answer.tokens()), made, later, &self.0)
+    fn answer_at(&self, answer: &BucketAnswer, made: u64, later: u64) -> Option<BucketAnswer> {
+        if answer.is_allowed() || answer.is_recheck() {
+            return None;
+        }
+        let held = u64::from(answer.tokens());
+        if math::denial_stands(held, made, later, &self.0) {
+            return Some(*answer);
+        }
+        let denial = (answer.ahead, held, u64::from(answer.need()));
+        let (ahead, held, need) = math::denial_carried(denial, made, later, &self.0)?;
+        // Both below the cap, under 2^31 (`MAX_TOKEN_BITS`).
+        Some(BucketAnswer::new(ahead, held as u32, need as u32))
     }
 }
 

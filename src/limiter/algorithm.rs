@@ -54,14 +54,15 @@ pub(crate) mod engine {
         /// must stand for every later word (argued per algorithm on its step).
         fn step(&self, word: u64, now: u64, n: u32, reading: Reading) -> Step<Self::Answer>;
 
-        /// Whether `answer`, a denial made at the reading `made` (step units), is also the step's
-        /// answer on the same word at the reading `later`, taken after that word was loaded: then
-        /// a denial on a coarse clock needs no second step, its word having been current between
-        /// the two readings. `false` where the algorithm cannot tell cheaply.
+        /// The step's answer on the same word at the reading `later`, taken after that word was
+        /// loaded, when `answer`, a denial made at the reading `made` (step units), tells it
+        /// cheaply and it is a denial again: then a denial on a coarse clock needs no second
+        /// step, its word having been current between the two readings. `None` where the
+        /// algorithm cannot tell cheaply.
         #[inline(always)]
-        fn stands_at(&self, answer: &Self::Answer, made: u64, later: u64) -> bool {
+        fn answer_at(&self, answer: &Self::Answer, made: u64, later: u64) -> Option<Self::Answer> {
             let _ = (answer, made, later);
-            false
+            None
         }
     }
 

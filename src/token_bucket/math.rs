@@ -683,6 +683,48 @@ pub(crate) const fn denial_stands(
     made_ns >> p.shift == later_ns >> p.shift && held + p.grid_lag < p.cap
 }
 
+/// The step's answer on the same word at `later_ns`, a later tick than the denial at `made_ns`
+/// that left `held` units and lacked `need` (its base `ahead` ticks past its reading's), when it
+/// is a denial again: `None` where only the step can tell.
+///
+/// The later tick refills from the base as the step would (nothing while the base is still
+/// ahead), and the step reads it the same way while the bucket stays further below its cap
+/// than the grid can trail ([`denial_stands`]) and the request still lacks something: a denial
+/// never comes from an idle near a threshold of the stamp's cycle (an idle of a sixteenth of the
+/// cycle fills the bucket), and a stamp ahead stays ahead until the reading reaches it. Up to
+/// 2^20 ticks later (a coarse clock lags by milliseconds), which keeps the refill within a word.
+#[inline(always)]
+pub(crate) const fn denial_carried(
+    (ahead, held, need): (u64, u64, u64),
+    made_ns: u64,
+    later_ns: u64,
+    p: &BucketParams,
+) -> Option<(u64, u64, u64)> {
+    let made = made_ns >> p.shift;
+    let later = later_ns >> p.shift;
+    if later <= made || later - made >= 1 << 20 {
+        return None;
+    }
+    let Some(base) = made.checked_add(ahead) else {
+        return None;
+    };
+    if later < base {
+        return if held + p.grid_lag < p.cap {
+            Some((base - later, held, need))
+        } else {
+            None
+        };
+    }
+    // `units(later) - units(base)` from one full product: the base's own position enters only
+    // through the part of a unit it holds (the low bits of a wrapping product).
+    let accrued = base.wrapping_mul(p.rate) & ((1 << RATE_FRAC) - 1);
+    let refill = (((later - base) as u128 * p.rate as u128 + accrued as u128) >> RATE_FRAC) as u64;
+    if refill >= need || held + refill + p.grid_lag >= p.cap {
+        return None;
+    }
+    Some((0, held + refill, need - refill))
+}
+
 /// One token-bucket step for `n <= burst` tokens at `now_ns`.
 #[inline(always)]
 pub(crate) const fn decide(
@@ -950,12 +992,15 @@ mod tests {
         }
 
         /// Where the reading falls: a few ticks past the stamp, a few short of the cycle (a stamp
-        /// ahead), within a few ticks of the one that fills the bucket, or anywhere.
+        /// ahead), within a few ticks of the one that fills the bucket, a few short of three
+        /// quarters of the cycle (where a clock that may step back reads a step back), or
+        /// anywhere.
         #[derive(Debug, Clone, Copy)]
         enum Lead {
             Past(u64),
             Short(u64),
             Filling(u64),
+            Quarter(u64),
             Any(u64),
         }
 
@@ -963,7 +1008,8 @@ mod tests {
             prop_oneof![
                 (0u64..64).prop_map(Lead::Past),
                 (0u64..64).prop_map(Lead::Short),
-                (0u64..6).prop_map(Lead::Filling),
+                (0u64..12).prop_map(Lead::Filling),
+                (0u64..64).prop_map(Lead::Quarter),
                 any::<u64>().prop_map(Lead::Any),
             ]
         }
@@ -971,9 +1017,9 @@ mod tests {
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(4096))]
 
-            /// A denial that `denial_stands` at a later reading is exactly the step's answer
-            /// there (the figures, all but the reading itself), on a monotonic clock (a stale
-            /// reading, then a fresh one) and on one that may step back.
+            /// A denial that `denial_stands` at a later reading, or that `denial_carried` carries
+            /// to it, is exactly the step's answer there, on a monotonic clock (a stale reading,
+            /// then a fresh one) and on one that may step back.
             #[test]
             fn a_denial_that_stands_is_the_answer_at_the_later_reading(
                 q in quota(),
@@ -982,6 +1028,7 @@ mod tests {
                 asked in share(),
                 lead in lead(),
                 within in any::<(u64, u64)>(),
+                apart in prop_oneof![Just(0u32), Just(2u32), 0u32..=20],
                 monotonic in any::<bool>(),
             ) {
                 let p = BucketParams::new(&q);
@@ -990,20 +1037,22 @@ mod tests {
                 let lead = match lead {
                     Lead::Past(k) | Lead::Any(k) => k,
                     Lead::Short(k) => p.stamp_mask() - k,
+                    Lead::Quarter(k) => p.backward_from() - 1 - k,
                     // The tick whose refill reaches the cap, give or take a few.
                     Lead::Filling(k) => {
                         let lack = u128::from(p.cap - tokens) << RATE_FRAC;
                         let ticks = lack / u128::from(p.rate.max(1));
-                        (ticks as u64 + k).saturating_sub(3)
+                        (ticks as u64 + k).saturating_sub(6)
                     }
                 };
                 // The reading's tick, and the stamp `lead` ticks before it in the cycle.
                 let tick = tick >> p.shift;
                 let word = p.pack(tick.wrapping_sub(lead) & p.stamp_mask(), tokens);
-                // Two readings up to two ticks apart: in the same tick, or across the next edge.
+                // Two readings: in the same tick, across the next edge, or up to 2^21 ticks apart
+                // (a coarse clock's reading that lags a few milliseconds spans many short ticks).
                 let span = 1u64 << p.shift;
                 let made = (tick << p.shift) | (within.0 % span);
-                let later = made.saturating_add(within.1 % span.saturating_mul(2));
+                let later = made.saturating_add(within.1 % span.saturating_mul(2 << apart));
                 let (first, second) = if monotonic {
                     (Reading::Monotonic, Reading::Fresh)
                 } else {
@@ -1012,10 +1061,22 @@ mod tests {
                 let Outcome::Deny { figures } = decide(word, made, n, &p, first) else {
                     return Ok(());
                 };
-                if denial_stands(u64::from(figures.tokens), made, later, &p) {
+                let denial = (figures.ahead, u64::from(figures.tokens), u64::from(figures.need));
+                let carried = if denial_stands(denial.1, made, later, &p) {
+                    Some(denial)
+                } else {
+                    denial_carried(denial, made, later, &p)
+                };
+                if let Some((ahead, held, need)) = carried {
                     let again = decide(word, later, n, &p, second);
                     let expected = Outcome::Deny {
-                        figures: BucketFigures { now_ns: later, ..figures },
+                        figures: BucketFigures {
+                            now_ns: later,
+                            ahead,
+                            tokens: held as u32,
+                            need: need as u32,
+                            ..figures
+                        },
                     };
                     prop_assert_eq!(again, expected);
                 }
