@@ -702,21 +702,19 @@ pub(crate) const fn denial_carried(
 ) -> Option<(u64, u64, u64)> {
     let made = made_ns >> p.shift;
     let later = later_ns >> p.shift;
-    if later <= made || later - made >= 1 << 20 {
+    if later <= made || later - made >= 1 << 20 || held + p.grid_lag >= p.cap {
         return None;
     }
     let Some(base) = made.checked_add(ahead) else {
         return None;
     };
     if later < base {
-        return if held + p.grid_lag < p.cap {
-            Some((base - later, held, need))
-        } else {
-            None
-        };
+        return Some((base - later, held, need));
     }
-    // `units(later) - units(base)` from one full product: the base's own position enters only
-    // through the part of a unit it holds (the low bits of a wrapping product).
+    // `units(later) - units(base)` from one full product where `BucketParams::units` takes two
+    // (the second cost a coarse denial at 100/s about 0.07x of GCRA's time): the base's own
+    // position enters only through the part of a unit it holds, the low bits of a wrapping
+    // product.
     let accrued = base.wrapping_mul(p.rate) & ((1 << RATE_FRAC) - 1);
     let refill = (((later - base) as u128 * p.rate as u128 + accrued as u128) >> RATE_FRAC) as u64;
     if refill >= need || held + refill + p.grid_lag >= p.cap {
