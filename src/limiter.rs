@@ -156,20 +156,30 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         }
         // Only a coarse clock's denial is handed on: elsewhere the answer's figures are not
         // worked out on the way.
-        self.fresh_on(cell, n, now, coarse.then_some(answer))
+        let (answer, now) = self.fresh_on(cell, n, now, coarse.then_some(answer));
+        // Built here, once both paths have joined, and not returned by the call: a decision
+        // returned through memory is one the first path's decision joins there, with every
+        // figure written out even for a caller that reads only the verdict.
+        settle(answer.decide(&self.algorithm, now, self.clock.resolution()))
     }
 
     /// The check decided again on a fresh reading: a denial made at the coarse reading `made`
-    /// (`denial`), or a reading that may be stale.
+    /// (`denial`), or a reading that may be stale. The answer, final, and the reading it was made
+    /// on.
     #[cold]
     #[inline(never)]
-    fn fresh_on(&self, cell: &StateCell, n: u32, made: u64, denial: Option<A::Answer>) -> Decision {
+    fn fresh_on(
+        &self,
+        cell: &StateCell,
+        n: u32,
+        made: u64,
+        denial: Option<A::Answer>,
+    ) -> (A::Answer, u64) {
         let now = self.fresh_reading();
         if let Some(answer) = denial.and_then(|a| self.algorithm.answer_at(&a, made, now)) {
-            return answer.into_final(&self.algorithm, now, self.clock.resolution());
+            return (answer, now);
         }
-        let answer = cell.update_inlined(self.step(now, n, true));
-        settle(answer.decide(&self.algorithm, now, self.clock.resolution()))
+        (cell.update_inlined(self.step(now, n, true)), now)
     }
 
     /// The check on a limiter that a reconfiguration may retire ([`Limiter::retire`]): `None`
@@ -186,7 +196,12 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         if answer.is_final(coarse) {
             return Some(answer.into_final(&self.algorithm, now, self.clock.resolution()));
         }
-        self.fresh_live(n, retired, now, coarse.then_some(answer))
+        let (answer, now) = self.fresh_live(n, retired, now, coarse.then_some(answer))?;
+        Some(settle(answer.decide(
+            &self.algorithm,
+            now,
+            self.clock.resolution(),
+        )))
     }
 
     /// [`Limiter::check_live`] decided again on a fresh reading, as [`Limiter::fresh_on`].
@@ -199,18 +214,16 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
         retired: &AtomicBool,
         made: u64,
         denial: Option<A::Answer>,
-    ) -> Option<Decision> {
+    ) -> Option<(A::Answer, u64)> {
         let now = self.fresh_reading();
         // A denial takes nothing: one made before a retirement may still be answered.
         if let Some(answer) = denial.and_then(|a| self.algorithm.answer_at(&a, made, now)) {
-            return Some(answer.into_final(&self.algorithm, now, self.clock.resolution()));
+            return Some((answer, now));
         }
-        let answer = self.word.update(live(retired, self.step(now, n, true)))?;
-        Some(settle(answer.decide(
-            &self.algorithm,
+        Some((
+            self.word.update(live(retired, self.step(now, n, true)))?,
             now,
-            self.clock.resolution(),
-        )))
+        ))
     }
 
     /// Takes the word out of use, for a reconfiguration: `retired` is set, then the word is
@@ -368,9 +381,11 @@ pub(crate) fn settle(answer: Option<Decision>) -> Decision {
     }
 }
 
-/// The refusal [`settle`] gives for an answer that never comes.
-#[cold]
-#[inline(never)]
+/// The refusal [`settle`] gives for an answer that never comes. Built in place: returned from a
+/// call, it is a decision in memory that every other path's decision joins there, and each check
+/// then writes out figures its caller may never read (a bucket's admission took 1.2x GCRA's time
+/// instead of 1.1x).
+#[inline(always)]
 fn unsettled() -> Decision {
     Decision::new(
         false,

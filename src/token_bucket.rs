@@ -99,11 +99,15 @@ impl Total for TokenBucketAlgorithm {
 ///
 /// | bits | what |
 /// |---|---|
-/// | 0 to 31 | units held after the decision, plus one: never 0, so that `meta` is not either (a niche for `Option`, a reconfigurable limiter's step) |
-/// | 32 to 63 | units the request lacked: 0 when allowed; all ones ([`BucketAnswer::RECHECK`]) asks for a fresh reading (a real lack is at most the cap, below 2^31) |
+/// | 0 to 31 | units held after the decision, plus one: never 0, so that `meta` is not either (a niche for `Option`, a reconfigurable limiter's step); for a sure refusal, the tokens asked, plus one |
+/// | 32 to 63 | units the request lacked: 0 when allowed; all ones ([`BucketAnswer::RECHECK`]) asks for a fresh reading; all ones but the lowest ([`BucketAnswer::REFUSED`]) is a sure refusal (a real lack is at most the cap, below 2^31) |
+///
+/// A sure refusal ([`math::surely_refused`]) keeps the word it was told on in `ahead`, and its
+/// figures are worked out from it when the decision is built: a check that reads only the
+/// verdict drops that work with the rest of the decision it does not read.
 #[derive(Debug, Clone, Copy)]
 pub struct BucketAnswer {
-    /// Ticks from the reading's tick to the one refills count from.
+    /// Ticks from the reading's tick to the one refills count from; the word, for a sure refusal.
     ahead: u64,
     meta: NonZeroU64,
 }
@@ -112,6 +116,23 @@ impl BucketAnswer {
     const TOKENS: u64 = (1 << 32) - 1;
     const NEED_SHIFT: u32 = 32;
     const RECHECK: u32 = u32::MAX;
+    const REFUSED: u32 = u32::MAX - 1;
+
+    /// A sure refusal of `n` tokens on `word`, its figures not worked out yet.
+    #[inline(always)]
+    fn refused(word: u64, n: u32) -> BucketAnswer {
+        BucketAnswer::new(word, n, BucketAnswer::REFUSED)
+    }
+
+    /// The answer with its figures, worked out at `now` if it is a sure refusal.
+    #[inline(always)]
+    fn worked_out(self, p: &BucketParams, now: u64) -> BucketAnswer {
+        if self.need() == BucketAnswer::REFUSED {
+            BucketAnswer::of(math::refused(self.ahead, now, self.tokens(), p))
+        } else {
+            self
+        }
+    }
 
     #[inline(always)]
     fn new(ahead: u64, tokens: u32, need: u32) -> BucketAnswer {
@@ -150,18 +171,19 @@ impl Answer<TokenBucketAlgorithm> for BucketAnswer {
             return None;
         }
         let p = &bucket.0;
+        let answer = self.worked_out(p, now);
         let figures = BucketFigures {
             now_ns: now,
             rate: p.rate,
-            ahead: self.ahead,
-            tokens: self.tokens(),
-            need: self.need(),
+            ahead: answer.ahead,
+            tokens: answer.tokens(),
+            need: answer.need(),
             burst: p.burst,
             // At most 63.
             shift: p.shift as u8,
         };
         Some(Decision::new(
-            self.need() == 0,
+            self.is_allowed(),
             resolution,
             figures.detail(),
         ))
@@ -205,6 +227,9 @@ impl Engine for TokenBucketAlgorithm {
     /// far behind the stamp on a monotonic clock may be stale: `Keep(None)` asks for a fresh one.
     #[inline(always)]
     fn step(&self, word: u64, now: u64, n: u32, reading: Reading) -> Step<BucketAnswer> {
+        if math::surely_refused(word, now, n, &self.0) {
+            return Step::Keep(BucketAnswer::refused(word, n));
+        }
         match math::decide(word, now, n, &self.0, reading) {
             Outcome::Deny { figures } => Step::Keep(BucketAnswer::of(figures)),
             Outcome::Allow { figures, .. } if n == 0 => Step::Keep(BucketAnswer::of(figures)),
@@ -220,9 +245,16 @@ impl Engine for TokenBucketAlgorithm {
         if answer.is_allowed() || answer.is_recheck() {
             return None;
         }
+        // A sure refusal that is sure at the later reading too: the step's answer there.
+        if answer.need() == BucketAnswer::REFUSED
+            && math::surely_refused(answer.ahead, later, answer.tokens(), &self.0)
+        {
+            return Some(*answer);
+        }
+        let answer = answer.worked_out(&self.0, made);
         let held = u64::from(answer.tokens());
         if math::denial_stands(held, made, later, &self.0) {
-            return Some(*answer);
+            return Some(answer);
         }
         let denial = (answer.ahead, held, u64::from(answer.need()));
         let (ahead, held, need) = math::denial_carried(denial, made, later, &self.0)?;

@@ -568,9 +568,7 @@ const fn refilled(
             return Some(full_at(now_ns, p));
         }
         // As in `refilled_rare`: the same units, the same tests, in the same order.
-        let stamp_abs = now_tick.saturating_sub(elapsed);
-        let at_now = now_tick as u128 * p.rate as u128;
-        let refill = ((at_now >> RATE_FRAC) - p.units(stamp_abs)) as u64;
+        let refill = grid_refill(now_tick, elapsed, p);
         if refill + p.grid_lag < room {
             return Some((now_tick as u128, tokens + refill, now_tick));
         }
@@ -721,6 +719,66 @@ pub(crate) const fn denial_carried(
         return None;
     }
     Some((0, held + refill, need - refill))
+}
+
+/// Whether the step at `now_ns` refuses `n` tokens on `word`, told from an upper bound on the
+/// refill (one product) where the step's refill takes two: a request that lacks more than that
+/// bound and the grid's lag is refused on [`refilled`]'s common path, which [`refused`] then
+/// retraces for the figures, only when they are read. Over `elapsed` ticks the whole-unit refill
+/// is a difference of floors, at most `floor(elapsed × rate / 2^RATE_FRAC) + 1`.
+///
+/// Asked first: a bucket that holds the cost answers at its first comparison, so an admission
+/// pays two instructions for it.
+#[inline(always)]
+pub(crate) const fn surely_refused(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> bool {
+    let (stamp, tokens) = p.unpack(word);
+    let cost = n as u64 * UNIT;
+    if tokens >= cost {
+        return false;
+    }
+    let now_tick = now_ns >> p.shift;
+    let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
+    // A stamp a little ahead: nothing refilled, on every reading.
+    if elapsed >= p.stall_from() {
+        return true;
+    }
+    // Below half the cycle (2^52 ticks), so the product is below 2^116 and the bound a word. A
+    // stamp read as lying before tick 0 refills from tick 0, less than the bound.
+    let most = ((elapsed as u128 * p.rate as u128) >> RATE_FRAC) as u64 + 1;
+    elapsed < p.recheck_from() && tokens + most + p.grid_lag < cost
+}
+
+/// The figures of the refusal [`surely_refused`] told, as [`refilled`] works them out in the
+/// two cases that function tells: a stamp ahead (nothing refilled, refills counting from the
+/// stamp), and the common path (the refill, below the room less the grid's lag, neither surely
+/// fills the bucket nor brings it near its cap).
+#[inline(always)]
+pub(crate) const fn refused(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> BucketFigures {
+    let (stamp, tokens) = p.unpack(word);
+    let now_tick = now_ns >> p.shift;
+    let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
+    let (base, held) = if elapsed >= p.stall_from() {
+        let ahead = p.stamp_mask() - elapsed + 1;
+        (now_tick as u128 + ahead as u128, tokens)
+    } else {
+        (now_tick as u128, tokens + grid_refill(now_tick, elapsed, p))
+    };
+    // Below the cost where `surely_refused` holds; within the cap and at least one unit lacking
+    // all the same, so that no figure can come out of range.
+    let held = if held < p.cap { held } else { p.cap };
+    let need = (n as u64 * UNIT).saturating_sub(held);
+    let need = if need == 0 { 1 } else { need };
+    BucketFigures::new(now_ns, base, held, need, p)
+}
+
+/// The whole units refilled over the `elapsed` ticks up to `now_tick`, counted from tick 0 if
+/// they reach back past it.
+#[inline(always)]
+const fn grid_refill(now_tick: u64, elapsed: u64, p: &BucketParams) -> u64 {
+    let stamp_abs = now_tick.saturating_sub(elapsed);
+    // At most elapsed × UNIT + 1 < 2^63: fits.
+    let at_now = now_tick as u128 * p.rate as u128;
+    ((at_now >> RATE_FRAC) - p.units(stamp_abs)) as u64
 }
 
 /// One token-bucket step for `n <= burst` tokens at `now_ns`.
@@ -1002,6 +1060,16 @@ mod tests {
             Any(u64),
         }
 
+        /// Whether a clock can write `stamp`: a stamp is a tick of some reading, or a re-phase at
+        /// most four ticks past one, and with ticks of 2^shift ns the readings of a `u64` reach
+        /// tick `u64::MAX >> shift` only. Where the stamp's cycle is longer, a stamp past that
+        /// (read at a tick near 0 as an idle longer than the clock has run) is no word a bucket
+        /// holds.
+        fn reachable(p: &BucketParams, stamp: u64) -> bool {
+            let last = (u64::MAX >> p.shift) + 4;
+            p.stamp_mask() <= last || stamp <= last
+        }
+
         fn lead() -> impl Strategy<Value = Lead> {
             prop_oneof![
                 (0u64..64).prop_map(Lead::Past),
@@ -1045,7 +1113,11 @@ mod tests {
                 };
                 // The reading's tick, and the stamp `lead` ticks before it in the cycle.
                 let tick = tick >> p.shift;
-                let word = p.pack(tick.wrapping_sub(lead) & p.stamp_mask(), tokens);
+                let stamp = tick.wrapping_sub(lead) & p.stamp_mask();
+                if !reachable(&p, stamp) {
+                    return Ok(());
+                }
+                let word = p.pack(stamp, tokens);
                 // Two readings: in the same tick, across the next edge, or up to 2^21 ticks apart
                 // (a coarse clock's reading that lags a few milliseconds spans many short ticks).
                 let span = 1u64 << p.shift;
@@ -1079,7 +1151,73 @@ mod tests {
                     prop_assert_eq!(again, expected);
                 }
             }
+
+            /// A refusal told for sure is the step's refusal with the step's figures, however far
+            /// the reading is trusted.
+            #[test]
+            fn a_sure_refusal_is_the_steps(
+                q in quota(),
+                tick in any::<u64>(),
+                fill in share(),
+                asked in share(),
+                lead in lead(),
+                within in any::<u64>(),
+            ) {
+                let p = BucketParams::new(&q);
+                let tokens = (p.cap as f64 * (1.0 - fill)) as u64;
+                let n = ((f64::from(q.burst()) * asked).ceil() as u32).clamp(1, q.burst());
+                let cost = u64::from(n) * UNIT;
+                let lead = match lead {
+                    Lead::Past(k) | Lead::Any(k) => k,
+                    Lead::Short(k) => p.stamp_mask() - k,
+                    Lead::Quarter(k) => p.backward_from() - 1 - k,
+                    // Near the tick where the bound stops telling: the refill lacks only the
+                    // grid's lag, give or take a few ticks.
+                    Lead::Filling(k) => {
+                        let lack = cost.saturating_sub(tokens + p.grid_lag);
+                        let ticks = (u128::from(lack) << RATE_FRAC) / u128::from(p.rate.max(1));
+                        (ticks as u64 + k).saturating_sub(6)
+                    }
+                };
+                let tick = tick >> p.shift;
+                let stamp = tick.wrapping_sub(lead) & p.stamp_mask();
+                if !reachable(&p, stamp) {
+                    return Ok(());
+                }
+                let word = p.pack(stamp, tokens);
+                let now = (tick << p.shift) | (within & ((1u64 << p.shift) - 1));
+                if surely_refused(word, now, n, &p) {
+                    let expected = Outcome::Deny { figures: refused(word, now, n, &p) };
+                    for reading in [Reading::Any, Reading::Monotonic, Reading::Fresh] {
+                        prop_assert_eq!(decide(word, now, n, &p, reading), expected);
+                    }
+                }
+            }
         }
+    }
+
+    /// A drained bucket read a little later is refused for sure, and the figures are the step's;
+    /// read once it has refilled, it is not.
+    #[test]
+    fn a_drained_bucket_is_surely_refused_until_it_refills() {
+        let p = BucketParams::new(&Quota::per_second(100).with_burst(1));
+        let drained_at = 5_000_000_000;
+        let word = p.pack(drained_at >> p.shift, 0);
+        let soon = drained_at + 1_000_000;
+        assert!(surely_refused(word, soon, 1, &p));
+        let Outcome::Deny { figures } = decide(word, soon, 1, &p, Reading::Monotonic) else {
+            panic!("a drained bucket admitted");
+        };
+        assert_eq!(refused(word, soon, 1, &p), figures);
+        assert!(
+            figures.tokens > 0,
+            "a millisecond refills a tenth of a token"
+        );
+        assert!(!surely_refused(word, drained_at + 10_000_000, 1, &p));
+        assert!(
+            !surely_refused(word, soon, 0, &p),
+            "a peek is never refused"
+        );
     }
 
     #[test]
