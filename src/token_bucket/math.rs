@@ -742,8 +742,9 @@ pub(crate) const fn surely_refused(word: u64, now_ns: u64, n: u32, p: &BucketPar
     if elapsed >= p.stall_from() {
         return true;
     }
-    // Below half the cycle (2^52 ticks), so the product is below 2^116 and the bound a word. A
-    // stamp read as lying before tick 0 refills from tick 0, less than the bound.
+    // Below the cycle (2^53 ticks), so the bound is a word even for a saturated rate; the sum is
+    // asked only below half of it, where it is below 2^63. A stamp read as lying before tick 0
+    // refills from tick 0, less than the bound.
     let most = ((elapsed as u128 * p.rate as u128) >> RATE_FRAC) as u64 + 1;
     elapsed < p.recheck_from() && tokens + most + p.grid_lag < cost
 }
