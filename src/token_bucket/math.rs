@@ -1071,6 +1071,24 @@ mod tests {
             p.stamp_mask() <= last || stamp <= last
         }
 
+        /// The reading's tick, from any `tick`, and the stamp `lead` ticks before it in the
+        /// cycle (`Filling` counts from the tick whose refill brings `lack` units, give or take a
+        /// few); `None` for a stamp no clock can write.
+        fn placed(p: &BucketParams, lead: Lead, tick: u64, lack: u64) -> Option<(u64, u64)> {
+            let lead = match lead {
+                Lead::Past(k) | Lead::Any(k) => k,
+                Lead::Short(k) => p.stamp_mask() - k,
+                Lead::Quarter(k) => p.backward_from() - 1 - k,
+                Lead::Filling(k) => {
+                    let ticks = (u128::from(lack) << RATE_FRAC) / u128::from(p.rate.max(1));
+                    (ticks as u64 + k).saturating_sub(6)
+                }
+            };
+            let tick = tick >> p.shift;
+            let stamp = tick.wrapping_sub(lead) & p.stamp_mask();
+            reachable(p, stamp).then_some((tick, stamp))
+        }
+
         fn lead() -> impl Strategy<Value = Lead> {
             prop_oneof![
                 (0u64..64).prop_map(Lead::Past),
@@ -1101,23 +1119,10 @@ mod tests {
                 let p = BucketParams::new(&q);
                 let tokens = (p.cap as f64 * fill) as u64;
                 let n = ((f64::from(q.burst()) * asked).ceil() as u32).clamp(1, q.burst());
-                let lead = match lead {
-                    Lead::Past(k) | Lead::Any(k) => k,
-                    Lead::Short(k) => p.stamp_mask() - k,
-                    Lead::Quarter(k) => p.backward_from() - 1 - k,
-                    // The tick whose refill reaches the cap, give or take a few.
-                    Lead::Filling(k) => {
-                        let lack = u128::from(p.cap - tokens) << RATE_FRAC;
-                        let ticks = lack / u128::from(p.rate.max(1));
-                        (ticks as u64 + k).saturating_sub(6)
-                    }
-                };
-                // The reading's tick, and the stamp `lead` ticks before it in the cycle.
-                let tick = tick >> p.shift;
-                let stamp = tick.wrapping_sub(lead) & p.stamp_mask();
-                if !reachable(&p, stamp) {
+                // `Filling`: near the tick whose refill reaches the cap.
+                let Some((tick, stamp)) = placed(&p, lead, tick, p.cap - tokens) else {
                     return Ok(());
-                }
+                };
                 let word = p.pack(stamp, tokens);
                 // Two readings: in the same tick, across the next edge, or up to 2^21 ticks apart
                 // (a coarse clock's reading that lags a few milliseconds spans many short ticks).
@@ -1168,23 +1173,12 @@ mod tests {
                 let tokens = (p.cap as f64 * (1.0 - fill)) as u64;
                 let n = ((f64::from(q.burst()) * asked).ceil() as u32).clamp(1, q.burst());
                 let cost = u64::from(n) * UNIT;
-                let lead = match lead {
-                    Lead::Past(k) | Lead::Any(k) => k,
-                    Lead::Short(k) => p.stamp_mask() - k,
-                    Lead::Quarter(k) => p.backward_from() - 1 - k,
-                    // Near the tick where the bound stops telling: the refill lacks only the
-                    // grid's lag, give or take a few ticks.
-                    Lead::Filling(k) => {
-                        let lack = cost.saturating_sub(tokens + p.grid_lag);
-                        let ticks = (u128::from(lack) << RATE_FRAC) / u128::from(p.rate.max(1));
-                        (ticks as u64 + k).saturating_sub(6)
-                    }
-                };
-                let tick = tick >> p.shift;
-                let stamp = tick.wrapping_sub(lead) & p.stamp_mask();
-                if !reachable(&p, stamp) {
+                // `Filling`: near the tick where the bound stops telling, the refill lacking only
+                // the grid's lag.
+                let lack = cost.saturating_sub(tokens + p.grid_lag);
+                let Some((tick, stamp)) = placed(&p, lead, tick, lack) else {
                     return Ok(());
-                }
+                };
                 let word = p.pack(stamp, tokens);
                 let now = (tick << p.shift) | (within & ((1u64 << p.shift) - 1));
                 if surely_refused(word, now, n, &p) {
