@@ -107,10 +107,11 @@ struct Masks {
     /// [`BucketParams::stall_from`]: compared with whenever a stamp re-phased into the next tick
     /// or two is read back.
     stall: u64,
-    /// [`BucketParams::surely_refills`]' two shifts: the rate's power of two, `2^k <= rate`, as
-    /// `(elapsed << up) >> down == floor(elapsed × 2^(k - RATE_FRAC))`.
+    /// The nanoseconds into a tick: the low `shift` bits of a reading.
+    into: u64,
+    /// [`BucketParams::surely_refills`]' shift: `k + 1 - RATE_FRAC` for the rate's power of two,
+    /// `2^k <= rate`, so that `(elapsed << up) >> 1 == floor(elapsed × 2^(k - RATE_FRAC))`.
     up: u32,
-    down: u32,
 }
 
 impl BucketParams {
@@ -153,8 +154,8 @@ impl BucketParams {
                 stamp: 0,
                 recheck: 0,
                 stall: 0,
+                into: 0,
                 up: 0,
-                down: 0,
             },
         };
         #[cfg(not(atomic_limiter_seeded_bug = "layout"))]
@@ -166,20 +167,12 @@ impl BucketParams {
         p.masks.stamp = u64::MAX >> token_bits;
         p.masks.recheck = 1 << (stamp_bits - 1);
         p.masks.stall = p.stall_threshold();
-        // A tick refills more than half a unit (the tick is the largest power of two within
-        // `period / UNIT`, or coarser), so `k >= RATE_FRAC - 1`; the lower branch is for safety.
-        let k = if rate == 0 {
-            0
-        } else {
-            63 - rate.leading_zeros()
-        };
-        if k + 1 >= RATE_FRAC {
-            p.masks.up = k + 1 - RATE_FRAC;
-            p.masks.down = 1;
-        } else {
-            p.masks.up = 0;
-            p.masks.down = RATE_FRAC - k;
-        }
+        p.masks.into = (1u64 << (shift & 63)) - 1;
+        // A tick refills at least half a unit, so `k >= RATE_FRAC - 1`: the tick is the largest
+        // power of two with `UNIT × tick <= period`, so twice it is past the period, and the
+        // coarsening only lengthens it (`rate_is_at_least_half_a_unit_a_tick`).
+        debug_assert!(rate >= 1 << (RATE_FRAC - 1));
+        p.masks.up = (63 - (rate | 1).leading_zeros()).saturating_sub(RATE_FRAC - 1);
         p
     }
 
@@ -190,7 +183,7 @@ impl BucketParams {
     /// half the stamp cycle (at most 2^52 ticks), the shift up (at most 11) cannot overflow.
     #[inline(always)]
     const fn surely_refills(&self, elapsed: u64, room: u64) -> bool {
-        (elapsed << (self.masks.up & 63)) >> (self.masks.down & 63) >= room
+        (elapsed << (self.masks.up & 63)) >> 1 >= room
     }
 
     #[inline]
@@ -256,7 +249,15 @@ impl BucketParams {
     /// Puts a stamp (ticks, any width) and a token count into one word.
     #[inline]
     pub(crate) const fn pack(&self, stamp: u64, tokens: u64) -> u64 {
-        ((stamp & self.stamp_mask()) << self.token_bits) | (tokens & self.token_mask())
+        self.pack_held(stamp, tokens & self.token_mask())
+    }
+
+    /// [`BucketParams::pack`] for a count already within the cap, whose width is the token
+    /// field's: nothing to mask off.
+    #[inline]
+    pub(crate) const fn pack_held(&self, stamp: u64, tokens: u64) -> u64 {
+        // The shift drops the stamp's bits past its field: the tick modulo the cycle.
+        (stamp << self.token_bits) | tokens
     }
 
     /// Takes a word apart into (stamp, tokens).
@@ -289,10 +290,11 @@ impl BucketParams {
         // At most 63 (said so, the shifts need no test for a shift past a word).
         let shift = self.shift & 63;
         let tick = now_ns >> shift;
-        let into = now_ns & ((1u64 << shift) - 1);
+        let into = now_ns & self.masks.into;
         let rate = self.rate as u128;
-        // Rounded up, by shifting: `into × rate` is below 2^127, so the addition cannot overflow.
-        let d = (into as u128 * rate + ((1u64 << shift) - 1) as u128) >> shift;
+        // Rounded up, by shifting: `into × rate` is below 2^127, so the addition cannot overflow;
+        // and `into` is below `2^shift`, so `d` is at most `rate`, a word.
+        let d = ((into as u128 * rate + self.masks.into as u128) >> shift) as u64 as u128;
         let fraction = (1u64 << RATE_FRAC) - 1;
         let low = tick.wrapping_mul(self.rate) & fraction;
         let mut k = 0u64;
@@ -797,7 +799,7 @@ pub(crate) const fn decide(
     let cost = n as u64 * UNIT;
     if held >= cost {
         Outcome::Allow {
-            word: p.pack(stamp, held - cost),
+            word: p.pack_held(stamp, held - cost),
             figures: BucketFigures::new(now_ns, base, held - cost, 0, p),
         }
     } else {
@@ -931,6 +933,40 @@ mod tests {
         assert!(century.units(1) <= 1);
     }
 
+    /// `surely_refills` shifts down by one, counting on a tick to refill at least half a unit:
+    /// at the finest and coarsest periods, the largest and smallest bursts, and periods a
+    /// nanosecond either side of a tick's power of two.
+    #[test]
+    fn rate_is_at_least_half_a_unit_a_tick() {
+        let windows = [
+            1,
+            1023,
+            1024,
+            1025,
+            2047,
+            2048,
+            2049,
+            1 << 30,
+            (1 << 31) - 1,
+        ];
+        let extremes = [
+            Quota::MAX_WINDOW,
+            Quota::MAX_WINDOW / 1024,
+            Quota::MAX_WINDOW - 1,
+        ];
+        for per_ns in windows.into_iter().chain(extremes) {
+            for burst in [1, 2, 1000, Quota::MAX_BURST] {
+                for rate in [1, 3, 128, 1_000_000_000] {
+                    let Ok(q) = Quota::try_from_nanos(rate, per_ns, burst) else {
+                        continue;
+                    };
+                    let p = BucketParams::new(&q);
+                    assert!(p.rate >= 1 << (RATE_FRAC - 1), "{q:?}: rate {}", p.rate);
+                }
+            }
+        }
+    }
+
     #[test]
     fn rephase_lands_on_the_first_tick_at_or_past_the_exact_position() {
         for q in [
@@ -1014,6 +1050,13 @@ mod tests {
             fn the_relative_rephase_is_the_absolute_one(q in any_quota(), now in reading()) {
                 let p = BucketParams::new(&q);
                 prop_assert_eq!(p.rephase(now), rephase_on_absolute_positions(&p, now));
+            }
+
+            /// A tick refills at least half a unit, whatever the quota.
+            #[test]
+            fn a_tick_refills_half_a_unit(q in any_quota()) {
+                let p = BucketParams::new(&q);
+                prop_assert!(p.rate >= 1 << (RATE_FRAC - 1), "rate {}", p.rate);
             }
 
             /// Ticks that surely refill the room do refill at least that much, from any stamp.
