@@ -1,0 +1,106 @@
+//! The harness `scripts/ab.sh` builds: `base` is the revision, `head` the working tree.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+macro_rules! checks {
+    ($name:ident, $krate:ident) => {
+        #[inline(never)]
+        fn $name<L: $krate::RateLimiter>(l: &L, iters: u64) -> u64 {
+            let mut ok = 0;
+            for _ in 0..iters {
+                ok += black_box(l).check().is_allowed() as u64;
+            }
+            ok
+        }
+    };
+}
+checks!(base_checks, base);
+checks!(head_checks, head);
+
+const BLOCK: u64 = 100_000;
+
+fn timed(f: impl FnOnce() -> u64) -> f64 {
+    let t = Instant::now();
+    black_box(f());
+    t.elapsed().as_nanos() as f64
+}
+
+/// Quartiles and median of `v`, sorted in place.
+fn spread(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[v.len() / 4], v[v.len() / 2], v[3 * v.len() / 4])
+}
+
+/// Per round: GCRA (base) as the reference, then the two token buckets in alternating order.
+/// Returns (base / GCRA, head / GCRA, head / base) per round.
+fn rounds<A: base::RateLimiter, B: head::RateLimiter>(
+    n: usize,
+    gcra: &impl base::RateLimiter,
+    a: &A,
+    b: &B,
+) -> [Vec<f64>; 3] {
+    let mut out = [vec![], vec![], vec![]];
+    for i in 0..n {
+        let g = timed(|| base_checks(gcra, BLOCK));
+        let (ta, tb) = if i % 2 == 0 {
+            let ta = timed(|| base_checks(a, BLOCK));
+            (ta, timed(|| head_checks(b, BLOCK)))
+        } else {
+            let tb = timed(|| head_checks(b, BLOCK));
+            (timed(|| base_checks(a, BLOCK)), tb)
+        };
+        out[0].push(ta / g);
+        out[1].push(tb / g);
+        out[2].push(tb / ta);
+    }
+    out
+}
+
+fn report(what: &str, mut r: [Vec<f64>; 3]) {
+    print!("  {what:<28}");
+    for (name, v) in ["base/Gcra", "head/Gcra", "head/base"]
+        .iter()
+        .zip(r.iter_mut())
+    {
+        let (lo, mid, hi) = spread(v);
+        print!("  {name} {mid:.3} [{lo:.3} {hi:.3}]");
+    }
+    println!();
+}
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    // The admission: a quota nothing exhausts, the bucket at its cap on every check.
+    let (rate, burst) = (1_000_000_000, base::Quota::MAX_BURST);
+    let gcra = base::Gcra::new(base::Quota::per_second(rate).with_burst(burst));
+    let a = base::TokenBucket::new(base::Quota::per_second(rate).with_burst(burst));
+    let b = head::TokenBucket::new(head::Quota::per_second(rate).with_burst(burst));
+    report("admission", rounds(n, &gcra, &a, &b));
+    // Refusals, drained: an hour's quota, and 100/s (the bucket refilling between checks).
+    for (what, per_hour) in [
+        ("refusal, an hour's quota", true),
+        ("refusal, 100/s", false),
+    ] {
+        let quota_base = if per_hour {
+            base::Quota::per_hour(1)
+        } else {
+            base::Quota::per_second(100)
+        };
+        let quota_head = if per_hour {
+            head::Quota::per_hour(1)
+        } else {
+            head::Quota::per_second(100)
+        };
+        let gcra = base::Gcra::new(quota_base);
+        let a = base::TokenBucket::new(quota_base);
+        let b = head::TokenBucket::new(quota_head);
+        while gcra.check().is_allowed() {}
+        while a.check().is_allowed() {}
+        while b.check().is_allowed() {}
+        report(what, rounds(n / 2, &gcra, &a, &b));
+    }
+}
