@@ -80,6 +80,13 @@ fn options(policy: FailurePolicy) -> RedisOptions {
         .with_policy(policy)
 }
 
+/// The options of the tests whose subject is not the deadline. The default 5 ms fails a call
+/// closed when the host keeps the test off its CPU past it, which a shared two-core runner now
+/// and then does: one CI run saw two of these tests fail that way, beside four timed ones.
+fn patient() -> RedisOptions {
+    RedisOptions::default().with_deadline(Duration::from_secs(1))
+}
+
 async fn limiter(url: &str, quota: Quota, o: RedisOptions) -> RedisGcra {
     let store = RedisStore::connect(url, &o).await.unwrap();
     RedisGcra::with_limits(store, "t", [("q", quota)], o).unwrap()
@@ -95,7 +102,7 @@ fn decisions_carry_the_figures_a_429_needs() {
         let l = limiter(
             &server.url(),
             Quota::per_second(10).with_burst(3),
-            RedisOptions::default(),
+            patient(),
         )
         .await;
         for left in [2, 1, 0] {
@@ -146,7 +153,7 @@ fn a_quota_changed_at_run_time_carries_the_debt_as_time() {
     };
     runtime().block_on(async {
         let hourly = |n, burst| Quota::try_new(n, Duration::from_secs(3600), burst).unwrap();
-        let l = limiter(&server.url(), hourly(1, 5), RedisOptions::default()).await;
+        let l = limiter(&server.url(), hourly(1, 5), patient()).await;
         let other = l.clone();
         let admitted = |l: RedisGcra, n| async move {
             let mut k = 0;
@@ -196,7 +203,7 @@ fn a_quota_changed_with_a_proportional_carry_keeps_the_share() {
     };
     runtime().block_on(async {
         let hourly = |n, burst| Quota::try_new(n, Duration::from_secs(3600), burst).unwrap();
-        let l = limiter(&server.url(), hourly(1, 5), RedisOptions::default()).await;
+        let l = limiter(&server.url(), hourly(1, 5), patient()).await;
         let admitted = |l: RedisGcra, subject: &'static str, n| async move {
             let mut k = 0;
             for _ in 0..n {
@@ -294,7 +301,7 @@ fn several_limits_are_checked_together_in_one_slot() {
         return;
     };
     runtime().block_on(async {
-        let o = RedisOptions::default();
+        let o = patient();
         let store = RedisStore::connect(&server.url(), &o).await.unwrap();
         let l = RedisGcra::with_limits(
             store,
@@ -333,12 +340,7 @@ fn noscript_after_a_flush_is_recovered_transparently() {
         return;
     };
     runtime().block_on(async {
-        let l = limiter(
-            &server.url(),
-            Quota::per_second(1).with_burst(5),
-            RedisOptions::default(),
-        )
-        .await;
+        let l = limiter(&server.url(), Quota::per_second(1).with_burst(5), patient()).await;
         for i in 0..10u64 {
             if i % 2 == 1 {
                 assert!(
@@ -443,18 +445,18 @@ fn extreme_settings_never_panic() {
             .check()
             .await;
         }
-        let store = RedisStore::connect(&server.url(), &RedisOptions::default())
+        let store = RedisStore::connect(&server.url(), &patient())
             .await
             .unwrap();
         let dup = RedisGcra::with_limits(
             store.clone(),
             "x",
             [("a", Quota::per_second(1)), ("a", Quota::per_minute(1))],
-            RedisOptions::default(),
+            patient(),
         );
         assert!(dup.is_err());
         let none: [(&str, Quota); 0] = [];
-        assert!(RedisGcra::with_limits(store.clone(), "x", none, RedisOptions::default()).is_err());
+        assert!(RedisGcra::with_limits(store.clone(), "x", none, patient()).is_err());
         let month = Quota::with_period(Duration::from_secs(3600 * 24 * 30));
         assert!(RedisGcra::new(store, "x", month).is_err());
     });
@@ -468,9 +470,12 @@ struct Load {
 }
 
 impl Load {
-    /// The slowest call but for the slowest thousandth.
-    fn slowest_but_a_thousandth(&self) -> Duration {
-        let mut took = self.took.clone();
+    /// The slowest call but for the slowest thousandth, each less what the host took from it
+    /// (the sampler must have run past the last call).
+    fn slowest_but_a_thousandth(&self, stalls: &HostStalls) -> Duration {
+        let mut took: Vec<_> = (self.paths.iter().zip(&self.took))
+            .map(|(p, &took)| took.saturating_sub(stalls.taken(p.0, p.0 + took)))
+            .collect();
         took.sort();
         took.get(took.len().saturating_sub(1) * 999 / 1000)
             .copied()
@@ -561,11 +566,12 @@ fn outage(
     std::thread::sleep(Duration::from_millis(1200));
     stop.store(true, Ordering::Relaxed);
     let out = rt.block_on(task).unwrap();
-    // The deadline cuts every call: all but the slowest thousandth end within it and 2 ms, and
-    // none, less what the host took from it, waits a second deadline. (Thousands of calls run on
-    // a shared two-core runner while the test kills and spawns redis-server; one of them measured
-    // 12.2 ms in one CI run, and one 30.6 ms in another.)
-    let most = out.slowest_but_a_thousandth();
+    // The deadline cuts every call: less what the host took from each, all but the slowest
+    // thousandth end within it and 2 ms, and none waits a second deadline. (Thousands of calls
+    // run on a shared two-core runner while the test kills and spawns redis-server; one of them
+    // measured 12.2 ms in one CI run, and one 30.6 ms in another; in a third, the host's stalls
+    // put four tests' slowest thousandth at 12.1 to 20.4 ms.)
+    let most = out.slowest_but_a_thousandth(&stalls);
     assert!(
         most <= DEADLINE + SLACK,
         "{test}: slowest but for a thousandth {most:?} of {} calls",
@@ -996,7 +1002,7 @@ fn leased_spends_locally_and_refills_in_the_background() {
         return;
     };
     runtime().block_on(async {
-        let o = RedisOptions::default();
+        let o = patient();
         let store = RedisStore::connect(&server.url(), &o).await.unwrap();
         let remote = RedisGcra::with_limits(
             store,
@@ -1029,12 +1035,12 @@ fn leased_spends_locally_and_refills_in_the_background() {
         // A node that finds the store empty is refused, locally, until the store would grant
         // again: one request to the store, then none while the refusal stands (about 1 s here).
         let slow = RedisGcra::with_limits(
-            RedisStore::connect(&server.url(), &RedisOptions::default())
+            RedisStore::connect(&server.url(), &patient())
                 .await
                 .unwrap(),
             "slow",
             [("q", Quota::per_second(1).with_burst(10))],
-            RedisOptions::default(),
+            patient(),
         )
         .unwrap();
         let greedy = Leased::new(slow.clone(), "s", LeaseOptions::default());
@@ -1171,7 +1177,7 @@ fn check_local_alone_is_served_by_background_refills() {
         let remote = limiter(
             &server.url(),
             Quota::per_second(10_000).with_burst(100),
-            RedisOptions::default(),
+            patient(),
         )
         .await;
         let leased = Leased::new(remote, "s", LeaseOptions::default().with_max_lease(10));
