@@ -846,11 +846,30 @@ fn added_latency_past_the_deadline_is_a_failure() {
         )
         .await;
         assert_eq!(l.check("k").await.decided_by(), DecidedBy::Store);
-        // Under the deadline: still the store.
+        // Under the deadline: still the store. A call that the host held past the deadline's
+        // margin fails closed as it should: it is excused, and made again, only when the host
+        // took that margin from it, and at most twice.
         proxy.delay_ms.store(3, Ordering::Relaxed);
-        let t = Instant::now();
-        assert_eq!(l.check("k").await.decided_by(), DecidedBy::Store);
-        assert!(t.elapsed() >= Duration::from_millis(3));
+        let mut excused = 0;
+        loop {
+            let t = Instant::now();
+            let d = l.check("k").await;
+            let elapsed = t.elapsed();
+            if d.decided_by() == DecidedBy::Store {
+                assert!(elapsed >= Duration::from_millis(3));
+                break;
+            }
+            // Read once the sampler has run past the call.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let host = stalls.taken(t, t + elapsed);
+            assert!(
+                excused < 2 && host + Duration::from_millis(3) >= DEADLINE,
+                "{:?} under the deadline: the call took {elapsed:?}, of which the host took \
+                 {host:?}",
+                d.decided_by()
+            );
+            excused += 1;
+        }
         // Past it: every call is cut at the deadline, then the breaker answers at once.
         proxy.delay_ms.store(30, Ordering::Relaxed);
         let mut took = Vec::new();
