@@ -81,20 +81,19 @@ fn main() {
     let b = head::TokenBucket::new(head::Quota::per_second(rate).with_burst(burst));
     report("admission", rounds(n, &gcra, &a, &b));
     // Refusals, drained: an hour's quota, and 100/s (the bucket refilling between checks).
-    for (what, per_hour) in [
-        ("refusal, an hour's quota", true),
-        ("refusal, 100/s", false),
-    ] {
-        let quota_base = if per_hour {
-            base::Quota::per_hour(1)
-        } else {
-            base::Quota::per_second(100)
-        };
-        let quota_head = if per_hour {
-            head::Quota::per_hour(1)
-        } else {
-            head::Quota::per_second(100)
-        };
+    let refusals = [
+        (
+            "refusal, an hour's quota",
+            base::Quota::per_hour(1),
+            head::Quota::per_hour(1),
+        ),
+        (
+            "refusal, 100/s",
+            base::Quota::per_second(100),
+            head::Quota::per_second(100),
+        ),
+    ];
+    for (what, quota_base, quota_head) in refusals {
         let gcra = base::Gcra::new(quota_base);
         let a = base::TokenBucket::new(quota_base);
         let b = head::TokenBucket::new(quota_head);

@@ -260,6 +260,14 @@ impl BucketParams {
         (stamp << self.token_bits) | tokens
     }
 
+    /// `(now_tick, elapsed)`: the tick of `now_ns`, and the ticks from `stamp` to it, modulo the
+    /// stamp cycle.
+    #[inline(always)]
+    pub(crate) const fn elapsed(&self, stamp: u64, now_ns: u64) -> (u64, u64) {
+        let now_tick = now_ns >> self.shift;
+        (now_tick, now_tick.wrapping_sub(stamp) & self.stamp_mask())
+    }
+
     /// Takes a word apart into (stamp, tokens).
     #[inline]
     pub(crate) const fn unpack(&self, word: u64) -> (u64, u64) {
@@ -560,8 +568,7 @@ const fn refilled(
     reading: Reading,
 ) -> Option<(u128, u64, u64)> {
     let (stamp, tokens) = p.unpack(word);
-    let now_tick = now_ns >> p.shift;
-    let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
+    let (now_tick, elapsed) = p.elapsed(stamp, now_ns);
     if elapsed < p.recheck_from() {
         let room = p.cap - tokens;
         // Full for sure, told without the products (a stream below its quota finds its bucket
@@ -596,8 +603,7 @@ const fn refilled_rare(
     reading: Reading,
 ) -> Option<(u128, u64, u64)> {
     let (stamp, tokens) = p.unpack(word);
-    let now_tick = now_ns >> p.shift;
-    let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
+    let (now_tick, elapsed) = p.elapsed(stamp, now_ns);
     // The common case, a reading less than half a cycle past the stamp, is one comparison; the
     // thresholds that depend on how far the reading is trusted are worked out only past it.
     let behind = elapsed >= p.recheck_from() && {
@@ -738,8 +744,7 @@ pub(crate) const fn surely_refused(word: u64, now_ns: u64, n: u32, p: &BucketPar
     if tokens >= cost {
         return false;
     }
-    let now_tick = now_ns >> p.shift;
-    let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
+    let (_, elapsed) = p.elapsed(stamp, now_ns);
     // A stamp a little ahead: nothing refilled, on every reading.
     if elapsed >= p.stall_from() {
         return true;
@@ -758,8 +763,7 @@ pub(crate) const fn surely_refused(word: u64, now_ns: u64, n: u32, p: &BucketPar
 #[inline(always)]
 pub(crate) const fn refused(word: u64, now_ns: u64, n: u32, p: &BucketParams) -> BucketFigures {
     let (stamp, tokens) = p.unpack(word);
-    let now_tick = now_ns >> p.shift;
-    let elapsed = now_tick.wrapping_sub(stamp) & p.stamp_mask();
+    let (now_tick, elapsed) = p.elapsed(stamp, now_ns);
     let (base, held) = if elapsed >= p.stall_from() {
         let ahead = p.stamp_mask() - elapsed + 1;
         (now_tick as u128 + ahead as u128, tokens)
@@ -1223,7 +1227,7 @@ mod tests {
                     return Ok(());
                 };
                 let word = p.pack(stamp, tokens);
-                let now = (tick << p.shift) | (within & ((1u64 << p.shift) - 1));
+                let now = (tick << p.shift) | (within & p.masks.into);
                 if surely_refused(word, now, n, &p) {
                     let expected = Outcome::Deny { figures: refused(word, now, n, &p) };
                     for reading in [Reading::Any, Reading::Monotonic, Reading::Fresh] {
