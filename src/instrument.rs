@@ -13,6 +13,8 @@
 //! | `atomic_limiter_backend_errors_total` | `limiter`, `reason` (`redis`, `timeout`, `bad_reply`, `circuit_open`) | calls to the store that got no answer |
 //! | `atomic_limiter_lease_refills_total` | `limiter` | leases granted to a `Leased` limiter |
 //!
+//! A peek (`check_n(0)`) is no request: [`Instrumented`] and the Redis limiters count none.
+//!
 //! The handles are registered when [`LimiterMetrics::new`] runs, with the recorder installed then
 //! (install it first); with none installed they are no-ops. A recorded decision costs one
 //! counter increment, and for an admission the division that works out what remains (skipped
@@ -240,7 +242,10 @@ impl<L: RateLimiter> RateLimiter for Instrumented<L> {
     #[inline]
     fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
         let answer = self.limiter.check_n(n);
-        self.metrics.record_answer(&answer);
+        // A peek (`n = 0`) asks for nothing and admits nothing: not a request to count.
+        if n != 0 {
+            self.metrics.record_answer(&answer);
+        }
         answer
     }
 

@@ -180,14 +180,17 @@ impl RedisOptions {
         self
     }
 
-    /// Counts a decision the limiter returns, if counters were given.
+    /// Counts the decision on a request for `n` tokens, if counters were given; a peek
+    /// (`n = 0`) is no request and is not counted.
     #[inline]
-    pub(crate) fn count(&self, answer: &Result<Decision, InsufficientCapacity>) {
+    pub(crate) fn count(&self, n: u32, answer: &Result<Decision, InsufficientCapacity>) {
         #[cfg(feature = "metrics")]
         if let Some(m) = &self.metrics {
-            m.record_answer(answer);
+            if n != 0 {
+                m.record_answer(answer);
+            }
         }
-        let _ = answer;
+        let _ = (n, answer);
     }
 
     /// Counts a call to the store that got no answer, if counters were given.

@@ -42,6 +42,30 @@ fn decisions_are_counted_by_outcome_and_name() {
     assert_eq!(count(&c, "table_full_total", "limiter=api"), 0);
 }
 
+/// A peek (`check_n(0)`) asks for nothing and admits nothing: five peeks and one check count one
+/// admission, on an empty limiter too (a peek there is no denial either).
+#[test]
+fn peeks_are_not_counted() {
+    let recorder = DebuggingRecorder::new();
+    metrics::with_local_recorder(&recorder, || {
+        let clock = ManualClock::new();
+        let gcra = Instrumented::new(
+            Gcra::with_clock(Quota::per_second(1).with_burst(1), clock),
+            LimiterMetrics::new("x"),
+        );
+        for _ in 0..5 {
+            assert!(gcra.check_n(0).unwrap().is_allowed());
+        }
+        assert!(gcra.check().is_allowed());
+        for _ in 0..3 {
+            let _ = gcra.check_n(0);
+        }
+    });
+    let c = counters(&recorder);
+    assert_eq!(count(&c, "allowed_total", "limiter=x"), 1);
+    assert_eq!(count(&c, "denied_total", "limiter=x"), 0);
+}
+
 /// The near-limit share from a config file: nonsense counts nothing or everything, never panics.
 #[test]
 fn a_near_limit_share_out_of_range_is_clamped() {

@@ -188,7 +188,7 @@ impl Leased {
     /// after one refill from the store (within the deadline), or by the failure policy.
     pub async fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
         let answer = self.decide_n(n).await;
-        self.inner.remote.options().count(&answer);
+        self.inner.remote.options().count(n, &answer);
         answer
     }
 

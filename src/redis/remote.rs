@@ -138,7 +138,7 @@ impl RedisGcra {
     /// nothing. More than a limit's burst is an error, answered without a round trip.
     pub async fn check_n(&self, subject: &str, n: u32) -> Result<Decision, InsufficientCapacity> {
         let answer = self.decide_n(subject, n).await;
-        self.inner.options.count(&answer);
+        self.inner.options.count(n, &answer);
         answer
     }
 
