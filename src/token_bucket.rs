@@ -266,8 +266,9 @@ impl Engine for TokenBucketAlgorithm {
 impl<C: Clock> TokenBucket<C> {
     /// The longest idle after which the bucket is still read exactly (full once the fill time
     /// has passed): the stamp cycle less a millisecond on a monotonic clock
-    /// ([`Clock::is_monotonic`]), three quarters of it on others. Longer idles are read modulo
-    /// the cycle; see `docs/design.md`.
+    /// ([`Clock::is_monotonic`]), three quarters of it on others, each less one tick. An idle of
+    /// exactly this long is read exactly; longer idles are read modulo the cycle; see
+    /// `docs/design.md`.
     pub fn idle_horizon(&self) -> core::time::Duration {
         let monotonic = self.clock().is_monotonic();
         core::time::Duration::from_nanos(self.algorithm().0.idle_horizon_ns(monotonic))

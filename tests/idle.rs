@@ -244,3 +244,36 @@ fn on_a_monotonic_clock_a_stale_reading_grants_nothing() {
         );
     }
 }
+
+/// The horizon the bucket states is read exactly: drained, then idle for exactly
+/// `idle_horizon()`, it is full, whatever the quota and wherever on the clock the idle starts
+/// (per_second(10^9) from 2^33 ns once read one tick too long, and empty).
+#[test]
+fn an_idle_of_exactly_the_horizon_is_read_exactly() {
+    let quotas = [
+        Quota::per_second(1_000_000_000),
+        Quota::per_second(1_000_000_000).with_burst(64),
+        Quota::per_second(1_000_000_000).with_burst(1),
+        Quota::per_second(3_000_000),
+        Quota::per_second(1000).with_burst(1 << 10),
+        Quota::per_second(100).with_burst(10),
+        Quota::per_minute(7),
+        Quota::per_second(1),
+    ];
+    let starts = [0, 1, 1 << 20, (1 << 33) - 1, 1 << 33, (1 << 33) + 12_345, 1 << 45];
+    for quota in quotas {
+        for start in starts {
+            let clock = ManualClock::starting_at(start);
+            let bucket = TokenBucket::with_clock(quota, clock.clone());
+            while bucket.check().is_allowed() {}
+            let horizon = bucket.idle_horizon();
+            clock.advance(horizon);
+            let left = bucket.check_n(0).unwrap().remaining();
+            assert_eq!(
+                left,
+                u64::from(quota.burst()),
+                "{quota:?} from {start} ns, idle {horizon:?}"
+            );
+        }
+    }
+}

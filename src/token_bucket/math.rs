@@ -322,13 +322,16 @@ impl BucketParams {
     }
 
     /// How long an idle stays readable, in ns (saturating): 3/4 of the stamp cycle, or all of it
-    /// but the stall margin on a monotonic clock.
+    /// but the stall margin on a monotonic clock, less one tick. The threshold's own count of
+    /// elapsed ticks already reads as a stall (or a step back); an idle of `threshold - 1` whole
+    /// ticks spans exactly that many from any phase of its first tick, one ns more can span the
+    /// threshold.
     pub(crate) const fn idle_horizon_ns(&self, monotonic: bool) -> u64 {
         let ticks = if monotonic {
             self.stall_from()
         } else {
             self.backward_from()
-        };
+        } - 1;
         let ns = (ticks as u128) << self.shift;
         if ns > u64::MAX as u128 {
             u64::MAX
