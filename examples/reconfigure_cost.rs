@@ -1,12 +1,14 @@
 //! What being reconfigurable costs a check: each reconfigurable limiter against its plain form,
 //! on the allow path and on the deny path, measured alternately in one run (medians of the
-//! repetitions, and their ratio).
+//! repetitions, and their ratio); then what one change of quota costs, with no check running and
+//! with three threads checking throughout.
 //!
 //! `cargo run --release --example reconfigure_cost` (add `-- --quick` for fewer repetitions,
 //! `-- --only NAME` for the rows whose name contains `NAME`).
 
 use std::hint::black_box;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use atomic_limiter::algorithm::{
@@ -181,5 +183,57 @@ fn main() {
                 tunable.check()
             });
         }
+    }
+    changes(if quick { 500 } else { 2000 });
+}
+
+/// The median and the 99th percentile of `changes` calls of `set_quota`, in µs, with no check
+/// running, then with three threads checking the same limiter until the changes are done (on a
+/// two-core host, some checks are always preempted mid-check: a change that waited for them
+/// would wait out a time slice).
+fn changes(changes: usize) {
+    if !wanted("set_quota") {
+        return;
+    }
+    println!("What one change costs (set_quota on a Reconfigurable<GcraAlgorithm>, µs)");
+    println!("  {:<34} {:>10}  {:>10}", "while", "median", "99th pct.");
+    let a = Quota::per_second(1_000_000);
+    let b = Quota::per_second(2_000_000);
+    for checkers in [0, 3] {
+        let limiter: Reconfigurable<GcraAlgorithm, _> =
+            Reconfigurable::with_clock(a, QuantaClock::new());
+        let stop = AtomicBool::new(false);
+        let mut took: Vec<f64> = std::thread::scope(|s| {
+            for _ in 0..checkers {
+                s.spawn(|| {
+                    // Bounded in time as well as by the changes' end.
+                    let start = Instant::now();
+                    while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60)
+                    {
+                        let _ = black_box(limiter.check());
+                    }
+                });
+            }
+            let took = (0..changes)
+                .map(|i| {
+                    let t = Instant::now();
+                    limiter.set_quota(if i % 2 == 0 { b } else { a }, atomic_limiter::Carry::Debt);
+                    t.elapsed().as_secs_f64() * 1e6
+                })
+                .collect();
+            stop.store(true, Ordering::Relaxed);
+            took
+        });
+        took.sort_by(f64::total_cmp);
+        let label = if checkers == 0 {
+            "no check running".to_string()
+        } else {
+            format!("{checkers} threads checking")
+        };
+        println!(
+            "  {label:<34} {:>10.2}  {:>10.2}",
+            took[took.len() / 2],
+            took[took.len() * 99 / 100]
+        );
     }
 }

@@ -453,13 +453,13 @@ impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
         new: &mut Sharded<Limiter<A, C>>,
         carry: Carry,
         retire: bool,
+        at: u64,
     ) {
         let words: Vec<u64> = self
             .shards
             .iter()
             .map(|shard| shard.retire_or_read(retired, retire))
             .collect();
-        let at = self.shards[0].clock().now();
         let same = new.shards.len() == self.shards.len();
         for (j, to) in new.shards.iter_mut().enumerate() {
             let word = if same {
@@ -477,6 +477,11 @@ impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
             };
             to.set_word(word);
         }
+    }
+
+    /// The shards' clock, read now.
+    pub(crate) fn clock_now(&self) -> u64 {
+        self.shards[0].clock().now()
     }
 
     /// The quota the shards were asked for and the clock they read, for a quota that replaces

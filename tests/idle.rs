@@ -260,7 +260,15 @@ fn an_idle_of_exactly_the_horizon_is_read_exactly() {
         Quota::per_minute(7),
         Quota::per_second(1),
     ];
-    let starts = [0, 1, 1 << 20, (1 << 33) - 1, 1 << 33, (1 << 33) + 12_345, 1 << 45];
+    let starts = [
+        0,
+        1,
+        1 << 20,
+        (1 << 33) - 1,
+        1 << 33,
+        (1 << 33) + 12_345,
+        1 << 45,
+    ];
     for quota in quotas {
         for start in starts {
             let clock = ManualClock::starting_at(start);

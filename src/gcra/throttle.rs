@@ -251,9 +251,9 @@ impl<C: Clock> Throttle<C> {
         retired: &AtomicBool,
         new: &mut Throttle<C>,
         proportional: bool,
+        at: u64,
     ) {
         let tat = retire_word(&self.tat, retired);
-        let at = self.clock.now();
         let (now, now_to) = (self.params.units(at), new.params.units(at));
         let carried = math::carry_queue(tat, now, &self.params, now_to, &new.params, proportional);
         new.tat = StateCell::new(carried);

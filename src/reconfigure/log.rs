@@ -28,9 +28,20 @@ impl<C: Clock> Content for SlidingWindowLog<C> {
         SlidingWindowLog::check_live(self, n, retired)
     }
 
-    fn retire_into(&self, retired: &AtomicBool, new: &mut Self, carry: Carry, retire: bool) {
+    fn now(&self) -> u64 {
+        self.clock().now()
+    }
+
+    fn retire_into(
+        &self,
+        retired: &AtomicBool,
+        new: &mut Self,
+        carry: Carry,
+        retire: bool,
+        at: u64,
+    ) {
         let proportional = matches!(carry, Carry::Proportional);
-        SlidingWindowLog::retire_into(self, retired, new, proportional, retire);
+        SlidingWindowLog::retire_into(self, retired, new, proportional, retire, at);
     }
 }
 

@@ -8,13 +8,18 @@
 //! (odd) number and closes it with the one after; a change, after unpublishing the old cell,
 //! waits out every section that was open when it looked. The checks pay two plain stores to their
 //! own slot and no atomic read-modify-write: the ordering work is moved to the change, which is
-//! rare.
+//! rare. A change never waits: it notes which sections were open ([`Grace`]) and frees the cell
+//! at a later change (or when the limiter is dropped) once each of them has closed. A change
+//! that waited would wait for a check preempted mid-section (a scheduler's time slice, about
+//! 10 ms with three threads checking on two cores), and for a check that is itself waiting on
+//! this change (a clock that changes a quota): a deadlock.
 //!
 //! | side | on Linux (`membarrier`) | elsewhere |
 //! |---|---|---|
 //! | a check enters | stores its (odd) section number, then a compiler fence | the same, then a full fence |
 //! | a change, after publishing the new cell | asks the kernel to run a full barrier on every thread of the process | a full fence |
-//! | then | reads every slot; waits while a slot still shows the odd number it read | the same |
+//! | then | reads every slot, and notes each that shows an odd number | the same |
+//! | later | frees the cell once every noted slot has moved past the number it showed | the same |
 //! | a check leaves | stores the next (even) number (`Release`) | the same |
 //!
 //! Why that suffices: the barrier the change causes falls, in each checking thread, either after
@@ -31,7 +36,7 @@
 #![allow(unsafe_code)]
 
 #[cfg(not(atomic_limiter_loom))]
-pub(super) use self::grace::{enter, synchronize};
+pub(super) use self::grace::{Grace, enter, grace};
 
 /// A check on a cell, under loom: nothing to mark, since nothing is freed until the limiter is.
 #[cfg(atomic_limiter_loom)]
@@ -43,10 +48,23 @@ pub(super) fn enter() -> Section {
     Section
 }
 
-/// Under loom no grace period is waited: the caller keeps what it retired until it is dropped.
+/// Under loom no grace period is ever taken, so none passes.
 #[cfg(atomic_limiter_loom)]
-pub(super) fn synchronize() -> bool {
-    false
+#[derive(Debug, Clone)]
+pub(super) struct Grace;
+
+#[cfg(atomic_limiter_loom)]
+impl Grace {
+    /// Never: the caller keeps what it retired until it is dropped.
+    pub(super) fn passed(&mut self) -> bool {
+        false
+    }
+}
+
+/// See the other arm: under loom, none.
+#[cfg(atomic_limiter_loom)]
+pub(super) fn grace() -> Option<Grace> {
+    None
 }
 
 #[cfg(not(atomic_limiter_loom))]
@@ -57,8 +75,6 @@ mod grace {
     use core::ptr;
     use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
     use std::sync::{Mutex, OnceLock, PoisonError};
-
-    use crate::sync::Backoff;
 
     /// A thread's slot: the number of its last section, odd while the thread is in it (in a
     /// check), even outside; only its thread writes it, and every section takes a new number.
@@ -221,49 +237,59 @@ mod grace {
         }
     }
 
-    /// Waits until every check that could have loaded a pointer unpublished before this call has
-    /// finished; `false` if this thread is itself in a check (a clock that changes a quota), in
-    /// which case nothing may be freed yet.
-    pub(crate) fn synchronize() -> bool {
-        let own = SLOT.with(Cell::get);
-        let nested = match own.addr() {
-            0 => false,
-            // A thread whose slot is gone may be a straggler itself: it cannot wait for them.
-            GONE => true,
-            // SAFETY: as in `enter`; this thread's own slot. Relaxed: only this thread writes it.
-            _ => Slot::is_open(unsafe { &*own }.section.load(Ordering::Relaxed)),
-        };
-        if nested {
-            return false;
+    /// The sections open when a change looked, after it unpublished a cell: once each has closed
+    /// ([`Grace::passed`]), no check can still be reading that cell, nor any cell unpublished
+    /// before it.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Grace {
+        /// Each slot seen open, with the number it showed.
+        open: Vec<(Arc<Slot>, u64)>,
+        /// Stragglers were counted: they are anonymous, so the count must reach 0.
+        stragglers: bool,
+    }
+
+    impl Grace {
+        /// Whether every section noted has closed; never waits.
+        pub(crate) fn passed(&mut self) -> bool {
+            // Acquire: pairs with a section's Release on closing, or on opening the next one:
+            // its reads of a cell happen before the free that follows.
+            self.open
+                .retain(|(slot, seen)| slot.section.load(Ordering::Acquire) == *seen);
+            if self.stragglers {
+                // Acquire: pairs with a straggler's Release on leaving.
+                self.stragglers = STRAGGLERS.load(Ordering::Acquire) != 0;
+            }
+            self.open.is_empty() && !self.stragglers
         }
+    }
+
+    /// Called after a pointer was unpublished: notes every check section that could have loaded
+    /// it, without waiting for any. `None` if the kernel refused its barrier (nothing may be
+    /// freed on the strength of this call; a later one covers the same cells).
+    pub(crate) fn grace() -> Option<Grace> {
         if KERNEL_BARRIER.get() == Some(&true) {
             // Sections may take only a compiler fence: without the kernel's barrier nothing may
-            // be freed (it does not fail once registered; were it to, the cells wait for the
-            // next).
+            // be freed (it does not fail once registered).
             if !kernel::barrier() {
-                return false;
+                return None;
             }
         } else {
             // SeqCst: against the SeqCst fence of every section.
             fence(Ordering::SeqCst);
         }
         let slots: Vec<Arc<Slot>> = SLOTS.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let backoff = Backoff::new();
-        for slot in &slots {
-            // Acquire: pairs with a section's Release on closing, or on opening the next one.
-            let seen = slot.section.load(Ordering::Acquire);
-            if !Slot::is_open(seen) {
-                continue;
-            }
-            while slot.section.load(Ordering::Acquire) == seen {
-                backoff.snooze();
-            }
-        }
+        let open = slots
+            .into_iter()
+            .filter_map(|slot| {
+                // Acquire: as in `Grace::passed`. A section of this very thread (a change made
+                // from inside a check) is noted like any other: its cell outlives the check.
+                let seen = slot.section.load(Ordering::Acquire);
+                Slot::is_open(seen).then_some((slot, seen))
+            })
+            .collect();
         // Acquire: pairs with a straggler's Release on leaving.
-        while STRAGGLERS.load(Ordering::Acquire) != 0 {
-            backoff.snooze();
-        }
-        true
+        let stragglers = STRAGGLERS.load(Ordering::Acquire) != 0;
+        Some(Grace { open, stragglers })
     }
 
     /// The heavy barrier from the kernel: `membarrier(2)`'s private expedited command, on Linux

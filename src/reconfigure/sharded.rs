@@ -39,8 +39,19 @@ where
         Sharded::check_one_or(self, retired, again)
     }
 
-    fn retire_into(&self, retired: &AtomicBool, new: &mut Self, carry: Carry, retire: bool) {
-        Sharded::retire_into(self, retired, new, carry, retire);
+    fn now(&self) -> u64 {
+        self.clock_now()
+    }
+
+    fn retire_into(
+        &self,
+        retired: &AtomicBool,
+        new: &mut Self,
+        carry: Carry,
+        retire: bool,
+        at: u64,
+    ) {
+        Sharded::retire_into(self, retired, new, carry, retire, at);
     }
 }
 

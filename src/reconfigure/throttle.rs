@@ -31,13 +31,24 @@ impl<C: Clock> Content for Throttle<C> {
         Throttle::check_live(self, n, retired)
     }
 
-    fn retire_into(&self, retired: &AtomicBool, new: &mut Self, carry: Carry, retire: bool) {
+    fn now(&self) -> u64 {
+        self.clock().now()
+    }
+
+    fn retire_into(
+        &self,
+        retired: &AtomicBool,
+        new: &mut Self,
+        carry: Carry,
+        retire: bool,
+        at: u64,
+    ) {
         debug_assert!(
             retire,
             "no loom model reads a throttle's word instead of retiring it"
         );
         let proportional = matches!(carry, Carry::Proportional);
-        Throttle::retire_into(self, retired, new, proportional);
+        Throttle::retire_into(self, retired, new, proportional, at);
     }
 }
 

@@ -185,6 +185,7 @@ impl<C: Clock> SlidingWindowLog<C> {
         new: &mut SlidingWindowLog<C>,
         proportional: bool,
         retire: bool,
+        at: u64,
     ) {
         let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
         if retire {
@@ -192,7 +193,8 @@ impl<C: Clock> SlidingWindowLog<C> {
             retired.store(true, Ordering::Relaxed);
         }
         // Rolled to now as a peek would (entries past the window dropped).
-        let _ = self.decide(&mut ring, self.clock.now(), 0);
+        // A reading from before the lock: `decide` takes the latest of it and the log's own.
+        let _ = self.decide(&mut ring, at, 0);
         let held = ring.len as u64;
         let target = if proportional {
             (u128::from(held) * u128::from(new.limit)).div_ceil(u128::from(self.limit)) as u64
