@@ -14,6 +14,7 @@ redis-server --version
 export CI="${CI:-true}"
 cargo test --features redis --lib redis
 cargo test --features redis,metrics --test redis
+cargo test --features redis,metrics --test redis_fleet
 cargo run --release --features redis --example redis_compare -- --quick
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

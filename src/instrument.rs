@@ -12,6 +12,7 @@
 //! | `atomic_limiter_failure_decisions_total` | `limiter`, `policy` (`open`, `closed`, `local`) | decisions a failure policy made while the store could not answer |
 //! | `atomic_limiter_backend_errors_total` | `limiter`, `reason` (`redis`, `timeout`, `bad_reply`, `circuit_open`) | calls to the store that got no answer |
 //! | `atomic_limiter_lease_refills_total` | `limiter` | leases granted to a `Leased` limiter |
+//! | `atomic_limiter_store_restarts_total` | `limiter` | times a Redis server answered with a new `run_id` (a restart: without persistence, each subject may get its burst again), counted by the store whose options carry these counters |
 //!
 //! A peek (`check_n(0)`) is no request: [`Instrumented`] and the Redis limiters count none.
 //!
@@ -73,6 +74,7 @@ pub struct LimiterMetrics {
     backend_bad_reply: Counter,
     backend_circuit_open: Counter,
     lease_refills: Counter,
+    store_restarts: Counter,
     /// The near-limit share of the burst, in parts per million.
     near_limit_ppm: u64,
 }
@@ -120,6 +122,7 @@ impl LimiterMetrics {
             backend_bad_reply: backend("bad_reply"),
             backend_circuit_open: backend("circuit_open"),
             lease_refills: of("atomic_limiter_lease_refills_total"),
+            store_restarts: of("atomic_limiter_store_restarts_total"),
             near_limit_ppm: DEFAULT_NEAR_LIMIT_PPM,
         }
     }
@@ -201,6 +204,12 @@ impl LimiterMetrics {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn lease_refill(&self) {
         self.lease_refills.increment(1);
+    }
+
+    /// Counts a restart of a store's server.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn store_restart(&self) {
+        self.store_restarts.increment(1);
     }
 }
 

@@ -5,11 +5,14 @@
 //! # The pieces
 //!
 //! * [`RedisStore`]: the connection, to one server ([`RedisStore::connect`], a multiplexed
-//!   `ConnectionManager`) or to a cluster ([`RedisStore::connect_cluster`]). TCP_NODELAY, the
-//!   connection timeout and the response timeout are set explicitly, and no call is retried by the
-//!   client: a consuming script sent twice would charge twice. The one exception is `NOSCRIPT` (the
-//!   script cache was flushed, the server restarted or failed over), which proves the script did
-//!   not run: it is loaded again and sent once more, transparently.
+//!   `ConnectionManager`) or to a cluster ([`RedisStore::connect_cluster`], one such connection
+//!   per server, routed by slot), with a circuit breaker per server. TCP_NODELAY, the connection
+//!   timeout and the response timeout are set explicitly, and no call is sent twice: a consuming
+//!   script sent twice would charge twice. The exceptions are `NOSCRIPT` (the script cache was
+//!   flushed, the server restarted or failed over) and `MOVED` (a failover moved the slot), which
+//!   prove the script did not run: the call is sent once more, with the script's body or to the
+//!   slot's new master, within the same deadline. [`RedisStore::restarts`] counts the restarts it
+//!   sees (a server's `run_id` changed): without persistence, each may admit a burst again.
 //! * [`RedisGcra`]: GCRA on the server. One key per subject and limit holds the theoretical arrival
 //!   time; the script reads `TIME`, decides, writes with a `PX` expiry at the instant the subject
 //!   is full again (idle subjects vanish by themselves), and answers the same figures as the local
@@ -79,8 +82,10 @@ use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
 
 mod breaker;
+mod cluster;
 mod lease;
 mod leased;
+mod node;
 mod remote;
 mod script;
 mod store;
@@ -153,7 +158,10 @@ impl RedisOptions {
     }
 
     /// Open the circuit after this many consecutive failures (at least 1), for `cooldown` (±50 %
-    /// jitter); then one probe call decides whether it closes.
+    /// jitter); then one probe call decides whether it closes. The breakers are the store's, one
+    /// per server (a cluster's failing node opens its own, the others stay closed): read from the
+    /// options given to [`RedisStore::connect`] or [`RedisStore::connect_cluster`]. The cooldown
+    /// is also the retry-after a refusal under the failure policy gives.
     pub fn with_breaker(mut self, failures_to_open: u32, cooldown: Duration) -> RedisOptions {
         self.failures_to_open = failures_to_open;
         self.cooldown = cooldown;
@@ -214,6 +222,22 @@ impl RedisOptions {
         if let Some(m) = &self.metrics {
             m.lease_refill();
         }
+    }
+
+    /// Counts a restart of one of the store's servers, if counters were given.
+    pub(crate) fn count_restart(&self) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.store_restart();
+        }
+    }
+
+    /// The instant a call that starts now must end by: one deadline away, or (for a deadline
+    /// too long for the clock, from a config file) about a century.
+    pub(crate) fn until(&self) -> tokio::time::Instant {
+        let now = tokio::time::Instant::now();
+        now.checked_add(self.deadline)
+            .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
     }
 
     /// The deadline of each call.

@@ -22,31 +22,14 @@ mod redis_server;
 mod host_stalls;
 use host_stalls::HostStalls;
 
+#[path = "common/redis_timing.rs"]
+mod redis_timing;
+use redis_timing::{DEADLINE, SLACK, runtime, timed, watched_runtime};
+
 #[cfg(feature = "metrics")]
 #[path = "common/counters.rs"]
 mod counters;
 use redis_server::{RedisCluster, RedisServer};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// `runtime()` with its threads watched by `stalls`, and the calling thread too (the one that
-/// will run `block_on`).
-fn watched_runtime(stalls: &HostStalls) -> tokio::runtime::Runtime {
-    let watch = stalls.watch();
-    watch.current_thread();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .on_thread_start(move || watch.current_thread())
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Every call (its start, its time) less what the host took from it ended within the deadline
 /// and the slack. Called once the sampler has run past the last call.
@@ -58,20 +41,6 @@ fn within_the_deadline(stalls: &HostStalls, calls: &[(Instant, Duration)]) {
             "call {i} took {took:?}, of which the host took {host:?}"
         );
     }
-}
-
-/// The deadline the failure tests run with: the default 5 ms is tight for a debug build on a
-/// loaded two-core runner; the assertion is the issue's, deadline + 2 ms.
-const DEADLINE: Duration = Duration::from_millis(10);
-const SLACK: Duration = Duration::from_millis(2);
-
-/// The tests run one at a time: those that time single calls against a 10 ms deadline must not
-/// be stretched by the others' load (servers, runtimes, several nodes' loops) on what may be a
-/// two-core runner.
-static TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn timed() -> std::sync::MutexGuard<'static, ()> {
-    TIMED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn options(policy: FailurePolicy) -> RedisOptions {

@@ -107,6 +107,11 @@ impl Breaker {
         self.word.update(|w| admit(w, tick))
     }
 
+    /// Whether it is closed now (neither open nor half-open); no state changes.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.word.update(Step::Keep) >> REOPEN_SHIFT == 0
+    }
+
     pub(crate) fn succeed(&self) {
         self.word.update(succeed);
     }

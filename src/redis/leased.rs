@@ -195,17 +195,19 @@ impl Leased {
     /// [`Leased::check_n`], before it is counted.
     async fn decide_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
         InsufficientCapacity::check(n, self.max_cost())?;
+        // The whole check waits at most one deadline: for the refill's lock and the store alike.
+        let until = self.inner.remote.options().until();
         // Relaxed: as in `without_lease`. Built outside a runtime, nothing probes the store in
         // the background while it fails: probe here (the breaker keeps it cheap while open).
         if self.inner.handle.is_none() && self.inner.failing.load(Ordering::Relaxed) == 1 {
-            self.refill(n).await;
+            self.refill(n, until).await;
         }
         if let Some(d) = self.check_local(n) {
             return Ok(d);
         }
         // Relaxed: a statistic.
         self.inner.waited.fetch_add(1, Ordering::Relaxed);
-        self.refill(n).await;
+        self.refill(n, until).await;
         Ok(match self.check_local(n) {
             Some(d) if d.decided_by() == DecidedBy::Lease && d.is_allowed() => {
                 d.decided_by_(DecidedBy::Store)
@@ -316,16 +318,17 @@ impl Leased {
         let this = self.clone();
         handle.spawn(async move {
             let _clear = ClearOnDrop(&this.inner.queued);
-            this.refill(0).await;
+            let until = this.inner.remote.options().until();
+            this.refill(0, until).await;
         });
     }
 
     /// Asks the store for a lease that covers `n` (0: the background's top-up), unless another
-    /// caller's refill already did; one refill at a time.
-    async fn refill(&self, n: u32) {
+    /// caller's refill already did; one refill at a time, the wait for it and the call to the
+    /// store both ending at `until`.
+    async fn refill(&self, n: u32, until: tokio::time::Instant) {
         let inner = &*self.inner;
-        let deadline = inner.remote.options().deadline();
-        let Ok(mut demand) = tokio::time::timeout(deadline, inner.refill.lock()).await else {
+        let Ok(mut demand) = tokio::time::timeout_at(until, inner.refill.lock()).await else {
             return;
         };
         let now = inner.clock.now();
@@ -346,7 +349,7 @@ impl Leased {
         // Relaxed: a statistic.
         inner.requests.fetch_add(1, Ordering::Relaxed);
         let sent = inner.clock.now();
-        let answer = inner.remote.grant(&inner.subject, size).await;
+        let answer = inner.remote.grant(&inner.subject, size, until).await;
         let now = inner.clock.now();
         let Ok(grant) = answer else {
             // Relaxed: see the field.

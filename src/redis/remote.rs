@@ -3,14 +3,12 @@
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::time::Duration;
 use std::sync::{PoisonError, RwLock};
 
-use super::breaker::{Breaker, Permit, ProbeGuard};
+use super::node::Lua;
 use super::script::{Mode, Reply, ScriptQuota};
 use super::store::RedisStore;
 use super::{FailurePolicy, RedisConfigError, RedisOptions, StoreError, failure_decision, script};
-use crate::clock::{Clock, DefaultClock};
 use crate::decision::{DecidedBy, Decision};
 use crate::gcra::Gcra;
 use crate::keyed::Keyed;
@@ -35,15 +33,13 @@ pub struct RedisGcra {
 #[derive(Debug)]
 struct Inner {
     store: RedisStore,
-    script: redis::Script,
+    script: Lua,
     prefix: String,
     /// The limits in force: each call reads them once and decides on that one set, so a change
     /// ([`RedisGcra::set_quota`]) applies from the next call on. The lock is held only to clone
     /// or replace the `Arc`, beside a round trip to the store.
     limits: RwLock<Arc<[Limit]>>,
     options: RedisOptions,
-    breaker: Breaker,
-    clock: DefaultClock,
     /// [`FailurePolicy::Local`]'s limiters, one per subject, made on the first failure.
     local: Option<Keyed<String, Gcra>>,
 }
@@ -114,12 +110,10 @@ impl RedisGcra {
         Ok(RedisGcra {
             inner: Arc::new(Inner {
                 store,
-                script: redis::Script::new(script::SOURCE),
+                script: Lua::new(script::SOURCE),
                 prefix: prefix.into(),
-                breaker: Breaker::new(options.failures_to_open, options.cooldown_ns()),
                 limits: RwLock::new(limits.into()),
                 options,
-                clock: DefaultClock::default(),
                 local,
             }),
         })
@@ -261,9 +255,18 @@ impl RedisGcra {
             .unwrap_or(0)
     }
 
-    /// Takes up to `n` tokens for `subject` (the lease's refill).
-    pub(crate) async fn grant(&self, subject: &str, n: u32) -> Result<Grant, StoreError> {
-        match self.call(subject, n, Mode::UpTo, &self.limits()).await? {
+    /// Takes up to `n` tokens for `subject` (the lease's refill), the call ending at `until`.
+    pub(crate) async fn grant(
+        &self,
+        subject: &str,
+        n: u32,
+        until: tokio::time::Instant,
+    ) -> Result<Grant, StoreError> {
+        let limits = self.limits();
+        match self
+            .call_until(subject, n, Mode::UpTo, &limits, until)
+            .await?
+        {
             Reply::Decided {
                 granted,
                 remaining,
@@ -307,7 +310,8 @@ impl RedisGcra {
         self.inner.options.policy
     }
 
-    /// One call to the store, through the breaker, within the deadline, on `limits`.
+    /// One call to the store, through the node's breaker, within one deadline from now, on
+    /// `limits`.
     async fn call(
         &self,
         subject: &str,
@@ -315,35 +319,30 @@ impl RedisGcra {
         mode: Mode,
         limits: &[Limit],
     ) -> Result<Reply, StoreError> {
+        let until = self.inner.options.until();
+        self.call_until(subject, n, mode, limits, until).await
+    }
+
+    /// [`RedisGcra::call`], ending at `until` however the time was spent before it.
+    async fn call_until(
+        &self,
+        subject: &str,
+        n: u32,
+        mode: Mode,
+        limits: &[Limit],
+        until: tokio::time::Instant,
+    ) -> Result<Reply, StoreError> {
         let inner = &*self.inner;
-        let start = inner.clock.now();
-        let permit = inner.breaker.admit(start);
-        if let Permit::Refuse { wait_ns } = permit {
-            let refused = StoreError::CircuitOpen {
-                retry_after: Duration::from_nanos(wait_ns),
-            };
-            inner.options.count_failure(&refused);
-            return Err(refused);
-        }
-        // Reports a probe cancelled mid-call as a failure.
-        let guard = ProbeGuard::new(&inner.breaker, permit, start);
-        let mut call = inner.script.prepare_invoke();
+        let keys: Vec<String> = limits.iter().map(|l| self.key(subject, &l.name)).collect();
+        let mut args: Vec<u64> = Vec::with_capacity(2 + 4 * limits.len());
+        args.extend([mode as u64, u64::from(n)]);
         for l in limits {
-            call.key(self.key(subject, &l.name));
+            args.extend(l.script.args());
         }
-        call.arg(mode as u8).arg(n);
-        for l in limits {
-            for a in l.script.args() {
-                call.arg(a);
-            }
-        }
-        let answer = tokio::time::timeout(inner.options.deadline, inner.store.invoke(&call)).await;
-        let result = match answer {
-            Ok(Ok(values)) => Reply::parse(&values, limits.len()).ok_or(StoreError::BadReply),
-            Ok(Err(e)) => Err(StoreError::Redis(e)),
-            Err(_) => Err(StoreError::Timeout(inner.options.deadline)),
+        let result = match inner.store.invoke(&inner.script, &keys, &args, until).await {
+            Ok(values) => Reply::parse(&values, limits.len()).ok_or(StoreError::BadReply),
+            Err(e) => Err(e),
         };
-        guard.settle(result.is_ok(), inner.clock.now());
         if let Err(e) = &result {
             inner.options.count_failure(e);
         }

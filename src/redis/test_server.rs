@@ -55,6 +55,16 @@ impl RedisServer {
         Some(RedisServer::spawn(free_port(), Vec::new()))
     }
 
+    /// A server on a free port with `extra` settings (they override the defaults above: the
+    /// last of two settings wins), or `None` as [`RedisServer::start`].
+    pub fn start_with(test: &str, extra: &[&str]) -> Option<RedisServer> {
+        if !available(test) {
+            return None;
+        }
+        let extra = extra.iter().map(|e| e.to_string()).collect();
+        Some(RedisServer::spawn(free_port(), extra))
+    }
+
     /// A server of our own: a port freed by `free_port` may be taken by another test's server
     /// before ours binds it, so the answer on the port must come from our process.
     fn spawn(mut port: u16, extra: Vec<String>) -> RedisServer {
@@ -203,35 +213,9 @@ impl RedisCluster {
         if !available(test) {
             return None;
         }
-        let nodes: Vec<RedisServer> = (0..3)
-            .map(|_| {
-                let port = free_port();
-                RedisServer::spawn(
-                    port,
-                    vec![
-                        "--cluster-enabled".into(),
-                        "yes".into(),
-                        "--cluster-config-file".into(),
-                        format!("nodes-{port}.conf"),
-                    ],
-                )
-            })
-            .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let status = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli runs");
-        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = RedisCluster::create(0, &[]);
         let start = Instant::now();
-        while !nodes.iter().all(|n| {
+        while !cluster.nodes.iter().all(|n| {
             n.command(&["CLUSTER", "INFO"])
                 .is_some_and(|r| r.contains("cluster_state:ok"))
         }) {
@@ -241,11 +225,157 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(RedisCluster { nodes })
+        Some(cluster)
+    }
+
+    /// Three masters with `replicas` each, every server given `extra` settings, slots and roles
+    /// assigned by `redis-cli --cluster create` (not waited for).
+    fn create(replicas: usize, extra: &[String]) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
+            .map(|_| {
+                let port = free_port();
+                let mut settings = vec![
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    format!("nodes-{port}.conf"),
+                ];
+                settings.extend(extra.iter().cloned());
+                RedisServer::spawn(port, settings)
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        RedisCluster { nodes }
     }
 
     /// The nodes' URLs.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// Three masters and a replica of each, `--cluster-node-timeout` `node_timeout_ms`, every
+    /// replica in sync; `None` where redis-server is not installed.
+    pub fn start_with_replicas(test: &str, node_timeout_ms: u64) -> Option<RedisCluster> {
+        RedisCluster::start_with_replicas_and(test, node_timeout_ms, &[])
+    }
+
+    /// [`RedisCluster::start_with_replicas`], each server also given `extra` settings.
+    pub fn start_with_replicas_and(
+        test: &str,
+        node_timeout_ms: u64,
+        extra: &[&str],
+    ) -> Option<RedisCluster> {
+        if !available(test) {
+            return None;
+        }
+        let mut settings = vec![
+            "--cluster-node-timeout".to_string(),
+            node_timeout_ms.to_string(),
+        ];
+        settings.extend(extra.iter().map(|e| e.to_string()));
+        let cluster = RedisCluster::create(1, &settings);
+        let start = Instant::now();
+        while !cluster.is_ready() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the cluster with replicas did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(cluster)
+    }
+
+    /// Every node says the cluster is ok, three say they are masters and three that they are
+    /// replicas with their link up.
+    fn is_ready(&self) -> bool {
+        let mut masters = 0;
+        let mut synced = 0;
+        for n in &self.nodes {
+            let ok = n
+                .command(&["CLUSTER", "INFO"])
+                .is_some_and(|r| r.contains("cluster_state:ok"));
+            let Some(info) = n.command(&["INFO", "replication"]) else {
+                return false;
+            };
+            if !ok {
+                return false;
+            }
+            if info.contains("role:master") {
+                masters += 1;
+            } else if info.contains("master_link_status:up") {
+                synced += 1;
+            }
+        }
+        masters == 3 && synced == 3
+    }
+
+    /// Whether node `i` answers that it is a master.
+    pub fn is_master(&self, i: usize) -> bool {
+        self.nodes[i]
+            .command(&["INFO", "replication"])
+            .is_some_and(|r| r.contains("role:master"))
+    }
+
+    /// The index of node `i`'s replica.
+    pub fn replica_of(&self, i: usize) -> usize {
+        let id = self.nodes[i]
+            .command(&["CLUSTER", "MYID"])
+            .and_then(|r| r.lines().nth(1).map(str::to_owned))
+            .expect("CLUSTER MYID");
+        let nodes = self.nodes[i]
+            .command(&["CLUSTER", "NODES"])
+            .expect("CLUSTER NODES");
+        let port = nodes
+            .lines()
+            .find_map(|line| {
+                let fields: Vec<&str> = line.split(' ').collect();
+                (fields.len() > 3 && fields[2].contains("slave") && fields[3] == id).then(|| {
+                    let addr = fields[1].split('@').next().unwrap_or("");
+                    addr.rsplit(':').next().unwrap_or("").parse::<u16>().ok()
+                })?
+            })
+            .expect("a replica of the master");
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .expect("the replica is one of ours")
+    }
+
+    /// The index of the node that serves `key`'s slot now, as node 0..6 answer (`MOVED` or
+    /// served locally).
+    pub fn master_of(&self, key: &str) -> usize {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !self.is_master(i) {
+                continue;
+            }
+            let slot = n
+                .command(&["CLUSTER", "KEYSLOT", key])
+                .and_then(|r| r.trim().trim_start_matches(':').parse::<u16>().ok())
+                .expect("CLUSTER KEYSLOT");
+            let nodes = n.command(&["CLUSTER", "NODES"]).expect("CLUSTER NODES");
+            let mine = nodes.lines().find(|l| l.contains("myself")).unwrap_or("");
+            let serves = mine.split(' ').skip(8).any(|range| {
+                let mut ends = range.split('-');
+                let lo = ends.next().and_then(|x| x.parse::<u16>().ok());
+                let hi = ends.next().and_then(|x| x.parse::<u16>().ok()).or(lo);
+                matches!((lo, hi), (Some(lo), Some(hi)) if (lo..=hi).contains(&slot))
+            });
+            if serves {
+                return i;
+            }
+        }
+        panic!("no master serves {key}");
     }
 }
