@@ -227,8 +227,11 @@ mod cell {
             loop {
                 // The section keeps the live cell alive while it is read outside the lock.
                 let section = reclaim::enter();
-                let old = self.load();
-                let old_ptr: *const Cell<T> = old;
+                // Acquire: as in `load`; the raw pointer itself is kept, with the provenance the
+                // box gave it, for the free.
+                let old_ptr = self.current.load(Ordering::Acquire);
+                // SAFETY: as in `load`: never null, and the section opened above keeps it alive.
+                let old = unsafe { &*old_ptr };
                 // Built before the old cell is retired, to keep the window that checks wait out
                 // short.
                 let content = build(&old.content)?;
@@ -251,7 +254,7 @@ mod cell {
                 // Release: the new cell, built above, is seen whole by a check that loads the
                 // pointer.
                 self.current.store(Box::into_raw(new), Ordering::Release);
-                retired.push((old_ptr.cast_mut(), None));
+                retired.push((old_ptr, None));
                 // Closed first, or the grace below would note this very section.
                 drop(section);
                 if let Some(grace) = reclaim::grace() {
