@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 use std::collections::HashMap;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ConnectionAddr, ConnectionInfo, Value};
+use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 
 use super::RedisOptions;
 use super::node::Node;
@@ -69,11 +69,13 @@ impl Topology {
 }
 
 /// The topology of `ranges` (slot ranges and their masters), every node of `named` (masters
-/// and replicas), each node reused from `old` where it is there already, made otherwise.
+/// and replicas), each node reused from `known` where it is there already, made otherwise. A
+/// node that cannot be made is left out, and so are the slots it would serve (calls to them
+/// fail, and the upkeep, finding slots unserved, tries again soon).
 pub(crate) async fn build(
     ranges: Vec<Range>,
     named: &[String],
-    old: Option<&Topology>,
+    known: &HashMap<String, Arc<Node>>,
     seed: &ConnectionInfo,
     options: &RedisOptions,
 ) -> Topology {
@@ -82,9 +84,12 @@ pub(crate) async fn build(
         if nodes.contains_key(addr) {
             continue;
         }
-        let node = match old.and_then(|t| t.nodes.get(addr)) {
+        let node = match known.get(addr) {
             Some(node) => node.clone(),
-            None => Arc::new(node_at(addr, seed, options).await),
+            None => match node_at(addr, seed, options).await {
+                Ok(node) => Arc::new(node),
+                Err(_) => continue,
+            },
         };
         nodes.insert(addr.clone(), node);
     }
@@ -94,7 +99,10 @@ pub(crate) async fn build(
         let i = match masters.iter().position(|m| &m.addr == addr) {
             Some(i) => i,
             None => {
-                masters.push(nodes[addr].clone());
+                let Some(node) = nodes.get(addr) else {
+                    continue;
+                };
+                masters.push(node.clone());
                 masters.len() - 1
             }
         };
@@ -111,15 +119,23 @@ pub(crate) async fn build(
     }
 }
 
-/// A node at `addr` (`host:port`), with the seed's credentials and settings; connected now
-/// within the connection timeout, or connecting on first use.
-pub(crate) async fn node_at(addr: &str, seed: &ConnectionInfo, options: &RedisOptions) -> Node {
+/// A client for the node at `addr` (`host:port`), with the seed's credentials and settings.
+fn client_at(addr: &str, seed: &ConnectionInfo) -> RedisResult<redis::Client> {
     let (host, port) = split(addr);
-    let info = seed
-        .clone()
-        .set_addr(ConnectionAddr::Tcp(host.into(), port));
-    let connection = connection(info, options).await;
-    Node::new(addr.into(), connection, options)
+    redis::Client::open(
+        seed.clone()
+            .set_addr(ConnectionAddr::Tcp(host.into(), port)),
+    )
+}
+
+/// A node at `addr`, connected now within the connection timeout, or connecting on first use.
+pub(crate) async fn node_at(
+    addr: &str,
+    seed: &ConnectionInfo,
+    options: &RedisOptions,
+) -> RedisResult<Node> {
+    let connection = connection(client_at(addr, seed)?, options).await?;
+    Ok(Node::new(addr.into(), connection, options))
 }
 
 /// A node made now without I/O (it connects on first use): for a redirection to a node the
@@ -128,14 +144,9 @@ pub(crate) fn lazy_node_at(
     addr: &str,
     seed: &ConnectionInfo,
     options: &RedisOptions,
-) -> Option<Node> {
-    let (host, port) = split(addr);
-    let info = seed
-        .clone()
-        .set_addr(ConnectionAddr::Tcp(host.into(), port));
-    let client = redis::Client::open(info).ok()?;
-    let manager = ConnectionManager::new_lazy_with_config(client, manager_config(options)).ok()?;
-    Some(Node::new(addr.into(), manager, options))
+) -> RedisResult<Node> {
+    let connection = lazy(client_at(addr, seed)?, options)?;
+    Ok(Node::new(addr.into(), connection, options))
 }
 
 fn split(addr: &str) -> (&str, u16) {
@@ -157,22 +168,22 @@ pub(crate) fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig 
         .set_max_delay(options.cooldown)
 }
 
-/// A connection to `info`: made now within the connection timeout, or lazily (on first use,
-/// the failure policy deciding meanwhile) if the server cannot be reached now.
-pub(crate) async fn connection(info: ConnectionInfo, options: &RedisOptions) -> ConnectionManager {
-    let config = manager_config(options);
-    let lazy = |client| {
-        ConnectionManager::new_lazy_with_config(client, config.clone())
-            .expect("a lazy connection manager makes no I/O and does not fail")
-    };
-    let Ok(client) = redis::Client::open(info) else {
-        unreachable!("a parsed ConnectionInfo opens a client")
-    };
-    let eager = ConnectionManager::new_with_config(client.clone(), config.clone());
+/// A connection through `client`: made now within the connection timeout, or lazily (on first
+/// use, the failure policy deciding meanwhile) if the server cannot be reached now.
+pub(crate) async fn connection(
+    client: redis::Client,
+    options: &RedisOptions,
+) -> RedisResult<ConnectionManager> {
+    let eager = ConnectionManager::new_with_config(client.clone(), manager_config(options));
     match tokio::time::timeout(options.connect_timeout, eager).await {
-        Ok(Ok(manager)) => manager,
-        _ => lazy(client),
+        Ok(Ok(manager)) => Ok(manager),
+        _ => lazy(client, options),
     }
+}
+
+/// A connection through `client` that connects on first use.
+fn lazy(client: redis::Client, options: &RedisOptions) -> RedisResult<ConnectionManager> {
+    ConnectionManager::new_lazy_with_config(client, manager_config(options))
 }
 
 /// Reads a `CLUSTER SLOTS` answer: each range with its master's `host:port`, and every node it

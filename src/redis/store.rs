@@ -16,6 +16,7 @@ use alloc::string::String;
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 use core::time::Duration;
+use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock};
 
 use redis::io::tcp::TcpSettings;
@@ -95,7 +96,7 @@ impl RedisStore {
     pub async fn connect(url: &str, options: &RedisOptions) -> Result<RedisStore, StoreError> {
         let info = url.into_connection_info()?.set_tcp_settings(tcp());
         let addr = info.addr().to_string();
-        let connection = cluster::connection(info, options).await;
+        let connection = cluster::connection(redis::Client::open(info)?, options).await?;
         let node = Arc::new(Node::new(addr, connection, options));
         Ok(RedisStore::start(Backend::Single(node), options))
     }
@@ -117,10 +118,18 @@ impl RedisStore {
         let seeds: Vec<String> = infos.iter().map(|i| i.addr().to_string()).collect();
         let mut last = no_node("no cluster node answered CLUSTER SLOTS");
         for addr in &seeds {
-            let node = cluster::node_at(addr, &seed, options).await;
+            let node = match cluster::node_at(addr, &seed, options).await {
+                Ok(node) => Arc::new(node),
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            };
             match ask_slots(&node, options).await {
                 Ok((ranges, named)) => {
-                    let topology = cluster::build(ranges, &named, None, &seed, options).await;
+                    // The seed's connection serves on: it is not made twice.
+                    let known = HashMap::from([(addr.clone(), node)]);
+                    let topology = cluster::build(ranges, &named, &known, &seed, options).await;
                     let backend = Backend::Cluster {
                         topology: RwLock::new(Arc::new(topology)),
                         seed,
@@ -244,7 +253,9 @@ impl RedisStore {
         if let Some(node) = read(topology).nodes.get(addr) {
             return Some(node.clone());
         }
-        cluster::lazy_node_at(addr, seed, &self.shared.options).map(Arc::new)
+        cluster::lazy_node_at(addr, seed, &self.shared.options)
+            .ok()
+            .map(Arc::new)
     }
 }
 
@@ -336,7 +347,9 @@ impl Shared {
         }
         if answer.is_none() {
             for addr in seeds.iter().filter(|a| !current.nodes.contains_key(*a)) {
-                let node = cluster::node_at(addr, seed, &self.options).await;
+                let Ok(node) = cluster::node_at(addr, seed, &self.options).await else {
+                    continue;
+                };
                 if let Ok(slots) = ask_slots(&node, &self.options).await {
                     answer = Some(slots);
                     break;
@@ -349,7 +362,7 @@ impl Shared {
         if current.is(&ranges) {
             return;
         }
-        let next = cluster::build(ranges, &named, Some(&current), seed, &self.options).await;
+        let next = cluster::build(ranges, &named, &current.nodes, seed, &self.options).await;
         *topology.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
     }
 
