@@ -76,6 +76,14 @@ use crate::token_bucket::TokenBucket;
 /// over-admitted). Gathering is the cold path; requests that fit one share never take it unless
 /// the tokens are scattered.
 ///
+/// # A load on one CPU
+///
+/// The rate is delivered whole wherever the load runs. The burst after an idle is not, for a load
+/// that one CPU makes: while it draws its home shard down, the other shards sit full and discard
+/// their refill, so the limiter can fall behind a single one by up to those shards' bursts, once
+/// per return from idle (`docs/design.md` §5 has the figures). A load from one thread is served
+/// better by a single limiter.
+///
 /// # Limits
 ///
 /// The shard count is rounded down to a power of two, at most the rate and the burst, and halved
