@@ -11,5 +11,7 @@ cargo clippy --all-targets --features tower,axum -- -D warnings
 cargo clippy --all-targets --features tower,axum,redis -- -D warnings
 cargo clippy --all-targets --features metrics -- -D warnings
 cargo clippy --all-targets --features tower,axum,redis,metrics -- -D warnings
+# TLS: its tests (certificates made with rcgen) and its side-by-side example.
+cargo clippy --all-targets --features redis-tls,metrics -- -D warnings
 cargo fmt --all --check
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter --features redis,tower,axum,metrics
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter --features redis-tls,tower,axum,metrics

@@ -26,5 +26,6 @@ if have "$msrv"; then
 fi
 if have "$redis_msrv"; then
     cargo "+$redis_msrv" check --lib --features redis --target-dir target/msrv
-    echo "Rust $redis_msrv builds the library with the redis feature"
+    cargo "+$redis_msrv" check --lib --features redis-tls --target-dir target/msrv
+    echo "Rust $redis_msrv builds the library with the redis and redis-tls features"
 fi

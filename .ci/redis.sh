@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The `redis` feature against real servers: installs redis-server and redis-cli from Debian's
-# packages when they are missing, then runs the script's property tests, the failure and cluster
+# packages when they are missing (Debian's is built with TLS), then runs the script's property tests, the failure and cluster
 # suite (the tests start and stop their own servers on free loopback ports), the side-by-side
 # measurement in its quick form, and the multi-node example against a server started here.
 set -euo pipefail
@@ -15,6 +15,8 @@ export CI="${CI:-true}"
 cargo test --features redis --lib redis
 cargo test --features redis,metrics --test redis
 cargo test --features redis,metrics --test redis_fleet
+# TLS (a CA, mutual TLS, a TLS cluster), the least-privilege ACL, Sentinel failover, secrets.
+cargo test --features redis-tls,metrics --test redis_access
 cargo run --release --features redis --example redis_compare -- --quick
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -81,6 +81,7 @@ use crate::decision::{DecidedBy, Decision};
 use crate::quota::Quota;
 use crate::rate_limiter::InsufficientCapacity;
 
+mod access;
 mod breaker;
 mod cluster;
 mod lease;
@@ -88,8 +89,11 @@ mod leased;
 mod node;
 mod remote;
 mod script;
+mod sentinel;
 mod store;
 
+#[cfg(feature = "redis-tls")]
+pub use access::TlsOptions;
 pub use leased::{LeaseOptions, Leased};
 pub use remote::RedisGcra;
 pub use store::RedisStore;
@@ -122,6 +126,8 @@ pub struct RedisOptions {
     cooldown: Duration,
     policy: FailurePolicy,
     max_local_keys: usize,
+    /// Credentials and TLS for every connection the store makes (never printed).
+    access: access::Access,
     #[cfg(feature = "metrics")]
     metrics: Option<crate::instrument::LimiterMetrics>,
 }
@@ -137,6 +143,7 @@ impl Default for RedisOptions {
             cooldown: Duration::from_millis(250),
             policy: FailurePolicy::Closed,
             max_local_keys: 100_000,
+            access: access::Access::default(),
             #[cfg(feature = "metrics")]
             metrics: None,
         }
@@ -171,6 +178,28 @@ impl RedisOptions {
     /// What to do while the store cannot answer.
     pub fn with_policy(mut self, policy: FailurePolicy) -> RedisOptions {
         self.policy = policy;
+        self
+    }
+
+    /// Logs in as the ACL user `user` with `password` (`AUTH user password`; `default` for a
+    /// server that has only `requirepass`), in place of any credentials in the URL. Neither is
+    /// ever printed: `Debug` shows the user and `<redacted>`. `docs/design.md` §11 lists the
+    /// least-privilege ACL the limiters need.
+    pub fn with_credentials(
+        mut self,
+        user: impl Into<String>,
+        password: impl Into<String>,
+    ) -> RedisOptions {
+        self.access.credentials = Some(access::Credentials::new(user.into(), password.into()));
+        self
+    }
+
+    /// What TLS connections (`rediss://` URLs) trust and present: a private CA, a client
+    /// certificate for mutual TLS (feature `redis-tls`). Without it, a `rediss://` URL checks the
+    /// server against the system's roots.
+    #[cfg(feature = "redis-tls")]
+    pub fn with_tls(mut self, tls: TlsOptions) -> RedisOptions {
+        self.access.tls = Some(tls);
         self
     }
 

@@ -11,9 +11,10 @@ use alloc::vec::Vec;
 use std::collections::HashMap;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+use redis::{ConnectionInfo, RedisResult, Value};
 
 use super::RedisOptions;
+use super::access;
 use super::node::Node;
 
 /// Slots in a cluster.
@@ -119,12 +120,17 @@ pub(crate) async fn build(
     }
 }
 
-/// A client for the node at `addr` (`host:port`), with the seed's credentials and settings.
-fn client_at(addr: &str, seed: &ConnectionInfo) -> RedisResult<redis::Client> {
+/// A client for the node at `addr` (`host:port`), reached as the seed is (TLS or not) with the
+/// store's credentials and TLS options.
+fn client_at(
+    addr: &str,
+    seed: &ConnectionInfo,
+    options: &RedisOptions,
+) -> RedisResult<redis::Client> {
     let (host, port) = split(addr);
-    redis::Client::open(
+    options.access.client(
         seed.clone()
-            .set_addr(ConnectionAddr::Tcp(host.into(), port)),
+            .set_addr(access::same_kind(seed.addr(), host, port)),
     )
 }
 
@@ -134,7 +140,7 @@ pub(crate) async fn node_at(
     seed: &ConnectionInfo,
     options: &RedisOptions,
 ) -> RedisResult<Node> {
-    let connection = connection(client_at(addr, seed)?, options).await?;
+    let connection = connection(client_at(addr, seed, options)?, options).await?;
     Ok(Node::new(addr.into(), connection, options))
 }
 
@@ -145,7 +151,7 @@ pub(crate) fn lazy_node_at(
     seed: &ConnectionInfo,
     options: &RedisOptions,
 ) -> RedisResult<Node> {
-    let connection = lazy(client_at(addr, seed)?, options)?;
+    let connection = lazy(client_at(addr, seed, options)?, options)?;
     Ok(Node::new(addr.into(), connection, options))
 }
 
@@ -154,6 +160,11 @@ fn split(addr: &str) -> (&str, u16) {
         Some((host, port)) => (host, port.parse().unwrap_or(0)),
         None => (addr, 0),
     }
+}
+
+/// Small requests, each waited on: send them at once rather than coalescing them (Nagle).
+pub(crate) fn tcp() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
 }
 
 /// How each node's connection is kept: remade in the background after an error, never a
@@ -169,7 +180,8 @@ pub(crate) fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig 
 }
 
 /// A connection through `client`: made now within the connection timeout, or lazily (on first
-/// use, the failure policy deciding meanwhile) if the server cannot be reached now.
+/// use, the failure policy deciding meanwhile) if the server cannot be reached now. A refusal no
+/// retry can mend (a wrong password, a certificate that does not verify) is the answer.
 pub(crate) async fn connection(
     client: redis::Client,
     options: &RedisOptions,
@@ -177,6 +189,7 @@ pub(crate) async fn connection(
     let eager = ConnectionManager::new_with_config(client.clone(), manager_config(options));
     match tokio::time::timeout(options.connect_timeout, eager).await {
         Ok(Ok(manager)) => Ok(manager),
+        Ok(Err(e)) if !access::may_come_up(&e) => Err(e),
         _ => lazy(client, options),
     }
 }

@@ -12,6 +12,7 @@
 //! ([`RedisStore::restarts`]), since a server that restarted without its data admits every
 //! subject's burst again.
 
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
@@ -19,7 +20,6 @@ use core::time::Duration;
 use std::collections::HashMap;
 use std::sync::{PoisonError, RwLock};
 
-use redis::io::tcp::TcpSettings;
 use redis::{ConnectionInfo, IntoConnectionInfo, Value};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use super::breaker::{Permit, ProbeGuard};
 use super::cluster::{self, Topology};
 use super::node::{self, Lua, Node, Outcome};
+use super::sentinel::Watched;
 use super::{RedisOptions, StoreError};
 use crate::clock::{Clock, DefaultClock};
 use crate::sync::{AtomicU64, Ordering};
@@ -49,11 +50,13 @@ struct Shared {
 
 enum Backend {
     Single(Arc<Node>),
+    /// One master at a time, as the sentinels name it.
+    Sentinel(Box<Watched>),
     Cluster {
         /// The topology in force; replaced whole by the upkeep task.
         topology: RwLock<Arc<Topology>>,
         /// What a new node connects with (the first seed's credentials and settings).
-        seed: ConnectionInfo,
+        seed: Box<ConnectionInfo>,
         /// The nodes given to `connect_cluster`, asked when no known node answers.
         seeds: Vec<String>,
     },
@@ -70,15 +73,11 @@ impl core::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let kind = match self.shared.backend {
             Backend::Single(_) => "single",
+            Backend::Sentinel(_) => "sentinel",
             Backend::Cluster { .. } => "cluster",
         };
         f.debug_struct("RedisStore").field("kind", &kind).finish()
     }
-}
-
-/// Small requests, each waited on: send them at once rather than coalescing them (Nagle).
-fn tcp() -> TcpSettings {
-    TcpSettings::default().set_nodelay(true)
 }
 
 /// The upkeep's pace: while every node answers, and while one is failing.
@@ -94,11 +93,30 @@ impl RedisStore {
     /// in the background. The breaker's settings are those of `options`: each server has its
     /// own. Must be called within a tokio runtime.
     pub async fn connect(url: &str, options: &RedisOptions) -> Result<RedisStore, StoreError> {
-        let info = url.into_connection_info()?.set_tcp_settings(tcp());
+        let info = url.into_connection_info()?.set_tcp_settings(cluster::tcp());
         let addr = info.addr().to_string();
-        let connection = cluster::connection(redis::Client::open(info)?, options).await?;
+        let connection = cluster::connection(options.access.client(info)?, options).await?;
         let node = Arc::new(Node::new(addr, connection, options));
         Ok(RedisStore::start(Backend::Single(node), options))
+    }
+
+    /// A store on the master that Redis Sentinel names `master` (the sentinels at `sentinels`,
+    /// `redis://host:port`, each URL with the sentinel's own credentials). The store connects to
+    /// that master with `options`' credentials and TLS, and asks the sentinels again at every
+    /// round of its upkeep (every 100 ms while the master fails), so that after a failover its
+    /// calls go to the promoted replica as soon as the sentinels announce it; meanwhile the
+    /// failure policy decides. Fails if no sentinel names a master that answers within the
+    /// connection timeout.
+    pub async fn connect_sentinel(
+        sentinels: &[&str],
+        master: &str,
+        options: &RedisOptions,
+    ) -> Result<RedisStore, StoreError> {
+        let watched = Watched::find(sentinels, master, options).await?;
+        Ok(RedisStore::start(
+            Backend::Sentinel(Box::new(watched)),
+            options,
+        ))
     }
 
     /// A store on a Redis Cluster, found from any of its nodes (`redis://host:port`): fails if
@@ -110,7 +128,7 @@ impl RedisStore {
     ) -> Result<RedisStore, StoreError> {
         let mut infos = Vec::with_capacity(nodes.len());
         for url in nodes {
-            infos.push(url.into_connection_info()?.set_tcp_settings(tcp()));
+            infos.push(url.into_connection_info()?.set_tcp_settings(cluster::tcp()));
         }
         let Some(seed) = infos.first().cloned() else {
             return Err(StoreError::Redis(no_node("no cluster node was given")));
@@ -132,7 +150,7 @@ impl RedisStore {
                     let topology = cluster::build(ranges, &named, &known, &seed, options).await;
                     let backend = Backend::Cluster {
                         topology: RwLock::new(Arc::new(topology)),
-                        seed,
+                        seed: Box::new(seed),
                         seeds,
                     };
                     return Ok(RedisStore::start(backend, options));
@@ -178,6 +196,7 @@ impl RedisStore {
         let s = &*self.shared;
         let node = match &s.backend {
             Backend::Single(node) => node.clone(),
+            Backend::Sentinel(watched) => watched.master(),
             Backend::Cluster { topology, .. } => {
                 let slot = keys.first().map_or(0, |k| cluster::slot_of(k));
                 let owner = read(topology).owner(slot).cloned();
@@ -303,6 +322,12 @@ impl Shared {
     async fn round(&self) -> bool {
         let nodes: Vec<Arc<Node>> = match &self.backend {
             Backend::Single(node) => alloc::vec![node.clone()],
+            Backend::Sentinel(watched) => {
+                // Every round, not only after a failure: a failover the sentinels started by
+                // themselves (or by hand) moves the master while the old one still answers.
+                watched.follow(&self.options).await;
+                alloc::vec![watched.master()]
+            }
             Backend::Cluster {
                 topology,
                 seed,

@@ -44,6 +44,8 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: PathBuf,
     extra: Vec<String>,
+    /// A sentinel's configuration file (sentinels rewrite it), `None` for a plain server.
+    sentinel: Option<PathBuf>,
 }
 
 impl RedisServer {
@@ -65,6 +67,44 @@ impl RedisServer {
         Some(RedisServer::spawn(free_port(), extra))
     }
 
+    /// A sentinel on a free port watching the master on `master_port` as `mymaster` (quorum 2,
+    /// down after `down_after_ms`), or `None` as [`RedisServer::start`].
+    pub fn start_sentinel(test: &str, master_port: u16, down_after_ms: u64) -> Option<RedisServer> {
+        if !available(test) {
+            return None;
+        }
+        for _ in 0..20 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!(
+                "atomic-limiter-sentinel-{port}-{}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).expect("a temporary directory");
+            let conf = dir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "sentinel monitor mymaster 127.0.0.1 {master_port} 2\n\
+                     sentinel down-after-milliseconds mymaster {down_after_ms}\n\
+                     sentinel failover-timeout mymaster 10000\n\
+                     sentinel parallel-syncs mymaster 1\n"
+                ),
+            )
+            .expect("a sentinel configuration");
+            let mut s = RedisServer {
+                port,
+                child: None,
+                dir,
+                extra: Vec::new(),
+                sentinel: Some(conf),
+            };
+            if s.launch() {
+                return Some(s);
+            }
+        }
+        panic!("no sentinel of our own came up");
+    }
+
     /// A server of our own: a port freed by `free_port` may be taken by another test's server
     /// before ours binds it, so the answer on the port must come from our process.
     fn spawn(mut port: u16, extra: Vec<String>) -> RedisServer {
@@ -79,6 +119,7 @@ impl RedisServer {
                 child: None,
                 dir,
                 extra: extra.clone(),
+                sentinel: None,
             };
             if s.launch() {
                 return s;
@@ -90,9 +131,14 @@ impl RedisServer {
 
     /// Starts the process and waits until it answers; `false` if it exited (its port was taken).
     fn launch(&mut self) -> bool {
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        match &self.sentinel {
+            Some(conf) => command.arg(conf).arg("--sentinel"),
+            None => command.args(["--save", "", "--appendonly", "no"]),
+        };
+        let child = command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(["--protected-mode", "no"])
             .args(["--dir", self.dir.to_str().unwrap()])
             .args(&self.extra)
             .stdout(Stdio::null())
@@ -214,8 +260,14 @@ impl RedisCluster {
             return None;
         }
         let cluster = RedisCluster::create(0, &[]);
+        cluster.wait_until_ok();
+        Some(cluster)
+    }
+
+    /// Waits until every node says the cluster is ok (20 s at most).
+    fn wait_until_ok(&self) {
         let start = Instant::now();
-        while !cluster.nodes.iter().all(|n| {
+        while !self.nodes.iter().all(|n| {
             n.command(&["CLUSTER", "INFO"])
                 .is_some_and(|r| r.contains("cluster_state:ok"))
         }) {
@@ -225,7 +277,6 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Some(cluster)
     }
 
     /// Three masters with `replicas` each, every server given `extra` settings, slots and roles
@@ -258,6 +309,60 @@ impl RedisCluster {
             .expect("redis-cli runs");
         assert!(status.success(), "redis-cli --cluster create failed");
         RedisCluster { nodes }
+    }
+
+    /// Three masters whose cluster bus and announced ports are TLS (`tls-cluster yes`): each
+    /// node also listens in plain text on its `port`, for the tests' own commands. `tls` are the
+    /// certificate settings every server gets, `cli_tls` redis-cli's (`--tls --cacert ...`).
+    /// Answers the cluster and each node's TLS port.
+    pub fn start_tls(
+        test: &str,
+        tls: &[String],
+        cli_tls: &[String],
+    ) -> Option<(RedisCluster, Vec<u16>)> {
+        if !available(test) {
+            return None;
+        }
+        let mut tls_ports = Vec::new();
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                let port = free_port();
+                // Its bus listens 10 000 above it: keep both within the port range.
+                let tls_port = (0..100)
+                    .map(|_| free_port())
+                    .find(|&p| p < 55_000)
+                    .expect("a low free port");
+                tls_ports.push(tls_port);
+                let mut settings = vec![
+                    "--cluster-enabled".into(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    format!("nodes-{port}.conf"),
+                    "--tls-port".into(),
+                    tls_port.to_string(),
+                    "--tls-cluster".into(),
+                    "yes".into(),
+                    "--tls-replication".into(),
+                    "yes".into(),
+                ];
+                settings.extend(tls.iter().cloned());
+                RedisServer::spawn(port, settings)
+            })
+            .collect();
+        let addrs: Vec<String> = tls_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let status = Command::new("redis-cli")
+            .args(cli_tls)
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success(), "redis-cli --tls --cluster create failed");
+        let cluster = RedisCluster { nodes };
+        cluster.wait_until_ok();
+        Some((cluster, tls_ports))
     }
 
     /// The nodes' URLs.
