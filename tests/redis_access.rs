@@ -277,7 +277,7 @@ fn mutual_tls_admits_only_a_client_with_a_certificate() {
 }
 
 #[test]
-fn a_tls_cluster_decides_on_every_master() {
+fn a_tls_cluster_under_the_acl_decides_on_every_master() {
     let ca = Ca::new("test CA");
     let files = Files::new();
     let cert = ca.sign(&["localhost", "127.0.0.1"], false);
@@ -295,6 +295,9 @@ fn a_tls_cluster_decides_on_every_master() {
     let Some((cluster, tls_ports)) = RedisCluster::start_tls("tls cluster", &settings, &cli) else {
         return;
     };
+    for node in &cluster.nodes {
+        acl(node, &limiter_acl("tls-cluster", "cluster-pw", None));
+    }
     runtime().block_on(async {
         let tls = TlsOptions::new()
             .with_ca(ca.pem.clone().into_bytes())
@@ -304,9 +307,10 @@ fn a_tls_cluster_decides_on_every_master() {
             .map(|p| format!("rediss://127.0.0.1:{p}"))
             .collect();
         let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
-        let store = RedisStore::connect_cluster(&seeds, &patient().with_tls(tls))
-            .await
-            .unwrap();
+        let options = patient()
+            .with_tls(tls)
+            .with_credentials("limiter", "cluster-pw");
+        let store = RedisStore::connect_cluster(&seeds, &options).await.unwrap();
         let limiter = gcra(
             store,
             "tls-cluster",
@@ -613,10 +617,14 @@ fn a_sentinel_failover_is_followed_within_a_second_of_the_promotion() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The limiter's user on both servers (ACLs are not replicated): ROLE and INFO under it.
+    acl(&master, &limiter_acl("sentinel", "sentinel-pw", None));
+    acl(&replica, &limiter_acl("sentinel", "sentinel-pw", None));
     runtime().block_on(async {
         let options = RedisOptions::default()
             .with_deadline(Duration::from_millis(50))
-            .with_policy(FailurePolicy::Closed);
+            .with_policy(FailurePolicy::Closed)
+            .with_credentials("limiter", "sentinel-pw");
         let store = RedisStore::connect_sentinel(&urls, "mymaster", &options)
             .await
             .unwrap();
