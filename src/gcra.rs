@@ -61,8 +61,15 @@ impl Continuous for GcraAlgorithm {}
 impl Retunable for GcraAlgorithm {}
 
 impl Carried for GcraAlgorithm {
-    fn carry(&self, tat: u64, now: u64, to: &Self, now_to: u64, how: crate::Carry) -> u64 {
-        let proportional = matches!(how, crate::Carry::Proportional);
+    fn carry(
+        &self,
+        tat: u64,
+        now: u64,
+        to: &Self,
+        now_to: u64,
+        how: crate::limiter::algorithm::Carry,
+    ) -> u64 {
+        let proportional = matches!(how, crate::limiter::algorithm::Carry::Proportional);
         math::carry(tat, now, &self.0, now_to, &to.0, proportional)
     }
 }

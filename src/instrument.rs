@@ -28,8 +28,9 @@ use alloc::string::String;
 use ::metrics::{Counter, counter};
 
 use crate::decision::{DecidedBy, Decision};
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::rate_limiter::RateLimiter;
 
 /// The share of the burst below which an admission counts as near the limit, by default: a
 /// fifth (Envoy's rate limit service says "near" from 80 % of the limit used).

@@ -3,17 +3,16 @@
 //! ([`KeyHasher`]). `Keyed` and [`KeyQuotas`] are also at the crate root.
 
 pub(crate) mod due;
-pub(crate) mod limiter;
 #[cfg(feature = "papaya")]
 pub(crate) mod pinned;
 pub(crate) mod store;
 
-pub use self::limiter::KeyedLimiter;
 #[cfg(feature = "papaya")]
 pub use self::pinned::Pinned;
 #[cfg(feature = "papaya")]
 pub use self::store::LockFreeStore;
 pub use self::store::{Change, KeyedStore, Retired};
+pub use crate::limiter::shared::KeyedLimiter;
 
 use alloc::borrow::ToOwned;
 use alloc::boxed::Box;
@@ -29,12 +28,12 @@ use crate::decision::Decision;
 use crate::decision::Detail;
 use crate::gcra::Gcra;
 use crate::keyed::due::{DueQueue, Front, NoRoom};
-use crate::keyed::limiter::engine::{KeyState, Seen};
 use crate::keyed::store::{Lookup, PerLookup};
+use crate::limiter::algorithm::Carry;
 use crate::limiter::retire_word;
+use crate::limiter::shared::engine::{KeyState, Seen};
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::InsufficientCapacity;
-use crate::reconfigure::Carry;
 use crate::state_cell::{StateCell, Step};
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Backoff, Mutex, Ordering};
 use crate::token_bucket::TokenBucket;

@@ -110,13 +110,13 @@ pub use gcra::throttle::{Throttle, ThrottleError};
 #[cfg(feature = "metrics")]
 pub use instrument::{Instrumented, LimiterMetrics};
 #[cfg(feature = "std")]
-pub use keyed::limiter::KeyedLimiter;
-#[cfg(feature = "std")]
 pub use keyed::{KeyQuotas, Keyed};
 pub use limiter::Limiter;
-pub use quota::{Quota, QuotaError};
-pub use rate_limiter::{InsufficientCapacity, RateLimiter};
-pub use reconfigure::Carry;
+pub use limiter::algorithm::Carry;
+#[cfg(feature = "std")]
+pub use limiter::shared::KeyedLimiter;
+pub use quota::{InsufficientCapacity, Quota, QuotaError};
+pub use rate_limiter::RateLimiter;
 #[cfg(feature = "std")]
 pub use reconfigure::{
     Reconfigurable, ReconfigurableLog, ReconfigurableSharded, ReconfigurableThrottle,

@@ -6,6 +6,9 @@
 //! denial made on a coarse or possibly stale reading, and the traits.
 
 pub(crate) mod algorithm;
+/// The shared-state engine that `Keyed` and `Sharded` run many words on, one limiter's quota.
+#[cfg(feature = "std")]
+pub(crate) mod shared;
 
 use self::algorithm::engine::Answer;
 use self::algorithm::{Algorithm, Continuous};
@@ -13,8 +16,9 @@ use self::algorithm::{Algorithm, Continuous};
 use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, Reading, is_coarse};
 use crate::decision::{Decision, Detail};
+use crate::quota::InsufficientCapacity;
 use crate::quota::{Quota, QuotaError};
-use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::rate_limiter::RateLimiter;
 use crate::state_cell::{StateCell, Step};
 #[cfg(feature = "std")]
 use crate::sync::{AtomicBool, Ordering, fence};
@@ -249,7 +253,13 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// `word`, this limiter's state at the instant `at_ns`, carried over to the limiter `to`
     /// (another quota) as `how` says: the algorithm's carry, each side in its own units.
     #[cfg(feature = "std")]
-    pub(crate) fn carried_word(&self, word: u64, to: &Self, at_ns: u64, how: crate::Carry) -> u64
+    pub(crate) fn carried_word(
+        &self,
+        word: u64,
+        to: &Self,
+        at_ns: u64,
+        how: crate::limiter::algorithm::Carry,
+    ) -> u64
     where
         A: algorithm::engine::Carried,
     {

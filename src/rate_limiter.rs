@@ -1,9 +1,8 @@
-use core::fmt;
 use core::future::Future;
 use core::time::Duration;
 
 use crate::decision::Decision;
-use crate::quota::Quota;
+use crate::quota::{InsufficientCapacity, Quota};
 use crate::wait::{Wait, WaitError};
 
 /// What every limiter in this crate does, so that benches, tests and wrappers are generic over the
@@ -130,38 +129,3 @@ pub trait RateLimiter {
         crate::wait::until_with(move || self.check_n(n), wait, sleep)
     }
 }
-
-/// A request for more tokens than the limiter's burst: it could never pass, however long the
-/// caller waited, so it is refused without touching the limiter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct InsufficientCapacity {
-    /// The number of tokens asked for.
-    pub requested: u32,
-    /// The limiter's burst, the most one request can ever take.
-    pub burst: u32,
-}
-
-impl InsufficientCapacity {
-    /// `Ok` when `requested` tokens fit in `burst`, the error otherwise: the one check every
-    /// limiter makes before touching its state.
-    #[inline]
-    pub(crate) fn check(requested: u32, burst: u32) -> Result<(), InsufficientCapacity> {
-        if requested > burst {
-            Err(InsufficientCapacity { requested, burst })
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl fmt::Display for InsufficientCapacity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "request for {} tokens exceeds the burst of {}",
-            self.requested, self.burst
-        )
-    }
-}
-
-impl core::error::Error for InsufficientCapacity {}

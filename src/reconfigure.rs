@@ -45,35 +45,10 @@ pub use self::sharded::ReconfigurableSharded;
 #[cfg(feature = "std")]
 pub use self::throttle::ReconfigurableThrottle;
 
-/// What a limiter's state becomes when its quota changes ([`Reconfigurable::set_quota`]).
-///
-/// For a window ([`Reconfigurable::try_set_quota`]) the counts carry over: as they are (`Debt`)
-/// or scaled to the new limit, rounded up (`Proportional`), and at most the new limit. A window of
-/// the same length keeps its grid; one of another length starts a new grid at the change, its
-/// first window holding the counts.
-///
-/// Whichever is chosen, the new state is never fuller than the old one was, rounded in the
-/// limiter's favour: over any stretch of time a reconfigurable limiter admits no more than the
-/// old quota allows up to the change plus what the new quota allows after it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Carry {
-    /// The debt, as time: the limiter is full again at the same instant as before. A client that
-    /// spent its burst waits as long as it would have. With GCRA a debt past a smaller new burst
-    /// is kept (the client waits until it is paid down); a token bucket holds no less than
-    /// nothing, so there it counts as empty.
-    #[default]
-    Debt,
-    /// The share of the burst in use: a limiter three-quarters full stays three-quarters full,
-    /// of the new burst. A debt past the whole burst (owed as time after a change to a smaller
-    /// quota) counts as an empty limiter.
-    Proportional,
-}
-
 #[cfg(feature = "std")]
 mod cell {
     use alloc::boxed::Box;
 
-    use super::Carry;
     use super::reclaim;
     use crate::clock::Clock;
     #[cfg(feature = "quanta")]
@@ -81,9 +56,10 @@ mod cell {
     use crate::clock::DefaultClockOrNone;
     use crate::decision::Decision;
     use crate::limiter::Limiter;
+    use crate::limiter::algorithm::Carry;
     use crate::limiter::algorithm::{Continuous, Retunable};
+    use crate::quota::InsufficientCapacity;
     use crate::quota::{Quota, QuotaError};
-    use crate::rate_limiter::InsufficientCapacity;
     use crate::sync::{AtomicBool, AtomicPtr, Backoff, Mutex, Ordering};
     use crate::wait::{Wait, WaitError};
     use core::convert::Infallible;
@@ -640,6 +616,7 @@ mod cell {
 mod tests {
     use super::*;
     use crate::algorithm::GcraAlgorithm;
+    use crate::limiter::algorithm::Carry;
     use crate::{Clock, ManualClock, Quota};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};

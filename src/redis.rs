@@ -78,8 +78,8 @@ use core::fmt;
 use core::time::Duration;
 
 use crate::decision::{DecidedBy, Decision};
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::InsufficientCapacity;
 
 mod access;
 mod breaker;

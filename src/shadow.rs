@@ -2,8 +2,9 @@
 //! that a new limit can be watched before it is enforced.
 
 use crate::decision::Decision;
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::rate_limiter::RateLimiter;
 
 /// Any [`RateLimiter`] in shadow mode: every check runs on the limiter as usual (admissions take
 /// their tokens, refusals take none), and every decision is then let through

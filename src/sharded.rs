@@ -17,12 +17,13 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::decision::{Detail, count32};
 use crate::gcra::Gcra;
-use crate::keyed::limiter::KeyedLimiter;
 use crate::limiter::Limiter;
+use crate::limiter::algorithm::Carry;
 use crate::limiter::algorithm::Continuous;
+use crate::limiter::shared::KeyedLimiter;
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
-use crate::reconfigure::Carry;
+use crate::rate_limiter::RateLimiter;
 use crate::sync::AtomicBool;
 use crate::token_bucket::TokenBucket;
 

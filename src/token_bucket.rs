@@ -74,8 +74,15 @@ impl Retunable for TokenBucketAlgorithm {}
 
 impl Carried for TokenBucketAlgorithm {
     /// In nanoseconds: the bucket reads them as its units.
-    fn carry(&self, word: u64, now: u64, to: &Self, _now_to: u64, how: crate::Carry) -> u64 {
-        let proportional = matches!(how, crate::Carry::Proportional);
+    fn carry(
+        &self,
+        word: u64,
+        now: u64,
+        to: &Self,
+        _now_to: u64,
+        how: crate::limiter::algorithm::Carry,
+    ) -> u64 {
+        let proportional = matches!(how, crate::limiter::algorithm::Carry::Proportional);
         math::carry(word, now, &self.0, &to.0, proportional)
     }
 }

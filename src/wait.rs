@@ -1,4 +1,4 @@
-use crate::rate_limiter::InsufficientCapacity;
+use crate::quota::InsufficientCapacity;
 use core::time::Duration;
 
 use crate::sync::{Ordering, StaticAtomicU64};

@@ -170,8 +170,15 @@ impl<K: WindowKind> Carried for WindowAlgorithm<K> {
     /// The counts, as [`math::carry`] says: [`Carry::Debt`](crate::Carry::Debt) keeps them as
     /// they are, [`Carry::Proportional`](crate::Carry::Proportional) scales them to the new
     /// limit; both at most the new limit.
-    fn carry(&self, word: u64, now: u64, to: &Self, _now_to: u64, how: crate::Carry) -> u64 {
-        let proportional = matches!(how, crate::Carry::Proportional);
+    fn carry(
+        &self,
+        word: u64,
+        now: u64,
+        to: &Self,
+        _now_to: u64,
+        how: crate::limiter::algorithm::Carry,
+    ) -> u64 {
+        let proportional = matches!(how, crate::limiter::algorithm::Carry::Proportional);
         math::carry(word, now, K::COUNTS, &self.params, &to.params, proportional)
     }
 }

@@ -7,8 +7,9 @@ use crate::decision::Decision;
 use crate::limiter::algorithm::engine::{Answer, Engine};
 use crate::limiter::algorithm::{Algorithm, Continuous};
 use crate::limiter::settle;
+use crate::quota::InsufficientCapacity;
 use crate::quota::{Quota, QuotaError};
-use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::rate_limiter::RateLimiter;
 use crate::state_cell::Step;
 use crate::window::{WindowAlgorithm, WindowKind};
 

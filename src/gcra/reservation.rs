@@ -2,18 +2,23 @@ use core::time::Duration;
 
 use super::throttle::Throttle;
 use crate::clock::Clock;
-#[cfg(feature = "std")]
-use crate::reconfigure::ReconfigurableThrottle;
 
-/// The throttle a reservation goes back to: a plain one, or the quota in force of a
-/// reconfigurable one when it was made (its cell's generation: a slot of a quota since replaced
-/// cannot go back).
+/// A throttle that hands out reservations from outside this family (the reconfiguration wing's),
+/// and takes their slots back: the crate-private hook through which a [`Reservation`] refunds
+/// without naming its issuer's type.
+pub(crate) trait Refund: core::fmt::Debug {
+    /// Takes back `cost` of the slot ending at `end`, handed out while the quota `generation` was
+    /// in force, if that quota still is and the slot is the latest; whether it did.
+    fn refund_latest(&self, generation: u64, end: u64, cost: u64) -> bool;
+}
+
+/// The throttle a reservation goes back to: a plain one, or another issuer with the generation
+/// of the quota in force when it was made (a slot of a quota since replaced cannot go back).
 #[derive(Debug)]
 enum Issuer<'a, C: Clock> {
     Throttle(&'a Throttle<C>),
-    #[cfg(feature = "std")]
-    Reconfigurable {
-        owner: &'a ReconfigurableThrottle<C>,
+    Other {
+        owner: &'a (dyn Refund + Sync),
         generation: u64,
     },
 }
@@ -87,15 +92,14 @@ impl<'a, C: Clock> Reservation<'a, C> {
         }
     }
 
-    /// A slot of the cell `generation` of a reconfigurable throttle.
-    #[cfg(feature = "std")]
-    pub(crate) fn of_reconfigurable(
-        owner: &'a ReconfigurableThrottle<C>,
+    /// A slot `owner` handed out under the quota `generation`.
+    pub(crate) fn of_other(
+        owner: &'a (dyn Refund + Sync),
         generation: u64,
         (wait, cost, end): (Duration, u64, u64),
     ) -> Self {
         Reservation {
-            throttle: Issuer::Reconfigurable { owner, generation },
+            throttle: Issuer::Other { owner, generation },
             wait,
             cost,
             end,
@@ -112,8 +116,7 @@ impl<'a, C: Clock> Reservation<'a, C> {
     pub fn refund(self) -> bool {
         match self.throttle {
             Issuer::Throttle(throttle) => throttle.refund_latest(self.end, self.cost),
-            #[cfg(feature = "std")]
-            Issuer::Reconfigurable { owner, generation } => {
+            Issuer::Other { owner, generation } => {
                 owner.refund_latest(generation, self.end, self.cost)
             }
         }
@@ -131,7 +134,7 @@ impl<'a, C: Clock> Reservation<'a, C> {
     pub fn loom_broken_refund(self) -> bool {
         match self.throttle {
             Issuer::Throttle(throttle) => throttle.loom_broken_refund_latest(self.end, self.cost),
-            Issuer::Reconfigurable { owner, generation } => {
+            Issuer::Other { owner, generation } => {
                 owner.refund_latest(generation, self.end, self.cost)
             }
         }

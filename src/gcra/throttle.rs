@@ -8,8 +8,9 @@ use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
 use crate::decision::Decision;
 #[cfg(feature = "std")]
 use crate::limiter::{live, retire_word};
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::rate_limiter::RateLimiter;
 use crate::state_cell::{StateCell, Step};
 #[cfg(feature = "std")]
 use crate::sync::AtomicBool;

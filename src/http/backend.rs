@@ -6,8 +6,8 @@ use core::hash::Hash;
 use crate::decision::Decision;
 use crate::keyed::Keyed;
 use crate::keyed::{KeyEntry, KeyedLimiter, KeyedStore};
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::InsufficientCapacity;
 
 /// A backend's answer: decided on the spot (a local table), or a future to await (a store across
 /// the network).
@@ -107,8 +107,8 @@ mod remote {
     use super::{Backend, Checked};
     use crate::decision::Decision;
     use crate::http::key::IpKey;
+    use crate::quota::InsufficientCapacity;
     use crate::quota::Quota;
-    use crate::rate_limiter::InsufficientCapacity;
     use crate::redis::{Leased, RedisGcra};
 
     /// A store's answer, boxed: it crosses the network anyway.

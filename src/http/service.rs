@@ -18,8 +18,8 @@ use super::backend::{Backend, Checked};
 use super::fields::{self, Headers, PolicyName, Problem};
 use super::key::{KeyError, KeyExtractor, RequestHead};
 use crate::decision::{DecidedBy, Decision};
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::InsufficientCapacity;
 use crate::sync::{AtomicUsize, Ordering};
 
 type CostFn = Box<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;

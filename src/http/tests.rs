@@ -116,8 +116,8 @@ fn admit_answers_what_check_answers() {
         if round == 6 {
             // Every held key moves to the new quota at its next check.
             let changed = Quota::per_second(1).with_burst(2);
-            by_admit.set_quota(changed, crate::Carry::Debt);
-            by_check.set_quota(changed, crate::Carry::Debt);
+            by_admit.set_quota(changed, crate::limiter::algorithm::Carry::Debt);
+            by_check.set_quota(changed, crate::limiter::algorithm::Carry::Debt);
         }
         for client in 0..6u8 {
             let key = IpKey::from(IpAddr::from([10, 0, 0, client]));

@@ -6,10 +6,10 @@ use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 
 use crate::decision::Decision;
-use crate::keyed::limiter::KeyedLimiter;
 use crate::keyed::store::{HeldPin, LockFreeStore};
 use crate::keyed::{KeyEntry, Keyed, one_token};
-use crate::rate_limiter::InsufficientCapacity;
+use crate::limiter::shared::KeyedLimiter;
+use crate::quota::InsufficientCapacity;
 
 /// Checks a handle makes on one entry into the epoch before it leaves and enters again, letting
 /// go of what the table removed meanwhile. Leaving costs one atomic swap: every 64 checks, it is

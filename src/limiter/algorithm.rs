@@ -20,10 +20,35 @@ pub trait Algorithm: engine::Engine + core::fmt::Debug + Send + Sync + Sized {}
 /// the token bucket.
 pub trait Continuous: Algorithm + engine::Total + engine::Carried {}
 
-/// An algorithm whose state carries over to a new quota (see [`Carry`](crate::Carry)), so its
+/// An algorithm whose state carries over to a new quota (see [`Carry`]), so its
 /// limiter can be [`Reconfigurable`](crate::Reconfigurable): GCRA, the token bucket and the
 /// windows.
 pub trait Retunable: Algorithm + engine::Carried {}
+
+/// What a limiter's state becomes when its quota changes
+/// ([`Reconfigurable::set_quota`](crate::Reconfigurable::set_quota)).
+///
+/// For a window ([`Reconfigurable::try_set_quota`](crate::Reconfigurable::try_set_quota)) the
+/// counts carry over: as they are (`Debt`) or scaled to the new limit, rounded up (`Proportional`), and at most the new limit. A window of
+/// the same length keeps its grid; one of another length starts a new grid at the change, its
+/// first window holding the counts.
+///
+/// Whichever is chosen, the new state is never fuller than the old one was, rounded in the
+/// limiter's favour: over any stretch of time a reconfigurable limiter admits no more than the
+/// old quota allows up to the change plus what the new quota allows after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Carry {
+    /// The debt, as time: the limiter is full again at the same instant as before. A client that
+    /// spent its burst waits as long as it would have. With GCRA a debt past a smaller new burst
+    /// is kept (the client waits until it is paid down); a token bucket holds no less than
+    /// nothing, so there it counts as empty.
+    #[default]
+    Debt,
+    /// The share of the burst in use: a limiter three-quarters full stays three-quarters full,
+    /// of the new burst. A debt past the whole burst (owed as time after a change to a smaller
+    /// quota) counts as an empty limiter.
+    Proportional,
+}
 
 pub(crate) mod engine {
     use super::*;
@@ -113,7 +138,7 @@ pub(crate) mod engine {
 
         /// The word that carries `word` (at `now`, in this algorithm's units) over to `to`
         /// (`now_to` in its units), as `how` says, never fuller than `word` was.
-        fn carry(&self, word: u64, now: u64, to: &Self, now_to: u64, how: crate::Carry) -> u64;
+        fn carry(&self, word: u64, now: u64, to: &Self, now_to: u64, how: Carry) -> u64;
     }
 
     /// A continuous algorithm's part: parameters, which every quota has, and giving back.

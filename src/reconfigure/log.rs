@@ -1,14 +1,15 @@
 //! [`ReconfigurableLog`]: a [`SlidingWindowLog`] whose quota changes at run time.
 
-use super::Carry;
 use super::cell::{Cells, Content};
 use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
 use crate::clock::DefaultClockOrNone;
 use crate::decision::Decision;
+use crate::limiter::algorithm::Carry;
+use crate::quota::InsufficientCapacity;
 use crate::quota::{Quota, QuotaError};
-use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::rate_limiter::RateLimiter;
 use crate::sync::AtomicBool;
 use crate::window::log::SlidingWindowLog;
 

@@ -1,6 +1,5 @@
 //! [`ReconfigurableSharded`]: a [`Sharded`] limiter whose quota changes at run time.
 
-use super::Carry;
 use super::cell::{Cells, Content};
 use crate::clock::Clock;
 #[cfg(feature = "quanta")]
@@ -8,9 +7,10 @@ use crate::clock::DefaultClock;
 use crate::clock::DefaultClockOrNone;
 use crate::decision::Decision;
 use crate::limiter::Limiter;
+use crate::limiter::algorithm::Carry;
 use crate::limiter::algorithm::{Continuous, Retunable};
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::InsufficientCapacity;
 use crate::sharded::Sharded;
 use crate::sync::AtomicBool;
 use core::convert::Infallible;

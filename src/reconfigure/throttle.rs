@@ -3,17 +3,17 @@
 use core::convert::Infallible;
 use core::time::Duration;
 
-use super::Carry;
 use super::cell::{Cells, Content};
 use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
 use crate::clock::DefaultClockOrNone;
 use crate::decision::Decision;
-use crate::gcra::reservation::{Reservation, ReservationGuard};
+use crate::gcra::reservation::{Refund, Reservation, ReservationGuard};
 use crate::gcra::throttle::{Throttle, ThrottleError};
+use crate::limiter::algorithm::Carry;
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::InsufficientCapacity;
 use crate::sync::AtomicBool;
 
 impl<C: Clock> Content for Throttle<C> {
@@ -95,10 +95,10 @@ impl ReconfigurableThrottle<DefaultClock> {
     }
 }
 
-impl<C: Clock> ReconfigurableThrottle<C> {
+impl<C: Clock> Refund for ReconfigurableThrottle<C> {
     /// Gives back the slot ending at `end` if the cell `generation` is still in force and the
     /// slot is its latest ([`Reservation::refund`]).
-    pub(crate) fn refund_latest(&self, generation: u64, end: u64, cost: u64) -> bool {
+    fn refund_latest(&self, generation: u64, end: u64, cost: u64) -> bool {
         self.cells
             .run_on(generation, |t, retired| {
                 t.refund_latest_live(end, cost, retired)
@@ -150,7 +150,7 @@ impl<C: Clock + Clone + Send + Sync + 'static> ReconfigurableThrottle<C> {
             t.reserve_live(n, max_wait, retired)
                 .map(|slot| (slot, generation))
         });
-        Ok(Reservation::of_reconfigurable(self, generation, slot?))
+        Ok(Reservation::of_other(self, generation, slot?))
     }
 
     /// [`Throttle::reserve_guarded`] on the quota in force.

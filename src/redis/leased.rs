@@ -10,7 +10,7 @@ use super::{FailurePolicy, failure_decision, script};
 use crate::clock::{Clock, DefaultClock};
 use crate::decision::{DecidedBy, Decision};
 use crate::gcra::Gcra;
-use crate::rate_limiter::InsufficientCapacity;
+use crate::quota::InsufficientCapacity;
 use crate::state_cell::{StateCell, Step};
 use crate::sync::{AtomicU64, Ordering};
 

@@ -12,9 +12,9 @@ use super::{FailurePolicy, RedisConfigError, RedisOptions, StoreError, failure_d
 use crate::decision::{DecidedBy, Decision};
 use crate::gcra::Gcra;
 use crate::keyed::Keyed;
+use crate::limiter::algorithm::Carry;
+use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
-use crate::rate_limiter::InsufficientCapacity;
-use crate::reconfigure::Carry;
 
 /// A GCRA limiter shared by every node that uses the same store and prefix: each decision is one
 /// atomic script on the server, on the server's clock, so nodes' clocks never matter.

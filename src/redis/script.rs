@@ -7,8 +7,8 @@
 //! at microsecond readings.
 
 use crate::decision::{DecidedBy, Decision, Detail};
+use crate::limiter::algorithm::Carry;
 use crate::quota::Quota;
-use crate::reconfigure::Carry;
 
 /// The script's source, as the server runs it.
 pub(crate) const SOURCE: &str = include_str!("gcra.lua");

@@ -176,7 +176,8 @@ proptest! {
         steps in prop::collection::vec((0u64..400_000, 0u32..45, 0u8..10), 1..60),
     ) {
         use crate::algorithm::GcraAlgorithm;
-        use crate::{Carry, Reconfigurable};
+        use crate::Reconfigurable;
+        use crate::limiter::algorithm::Carry;
         let source = script::source_with_now_from_args();
         let test = "a_changed_quota_decides_as_the_local_reconfigurable_gcra";
         let Some(mut f) = Fixture::start(test, &source, &quotas[0]) else {
@@ -222,7 +223,7 @@ proptest! {
         quotas in prop::collection::vec(prop_oneof![quota(), long_quota()], 2..4),
         steps in prop::collection::vec((0u64..5_000_000_000, 0u32..45, 0u8..10), 1..30),
     ) {
-        use crate::Carry;
+        use crate::limiter::algorithm::Carry;
         let source = script::source_with_now_from_args();
         let test = "a_proportional_carry_takes_the_exact_share_once";
         let Some(mut f) = Fixture::start(test, &source, &quotas[0]) else {
@@ -337,8 +338,9 @@ fn an_idle_subject_expires_when_full_again() {
 /// reset at 432 µs instead of 429.
 #[test]
 fn a_tat_written_under_other_units_keeps_its_instant() {
+    use crate::Reconfigurable;
     use crate::algorithm::GcraAlgorithm;
-    use crate::{Carry, Reconfigurable};
+    use crate::limiter::algorithm::Carry;
     let sevens = Quota::try_new(7, Duration::from_millis(1), 10).unwrap();
     let ones = Quota::try_new(1, Duration::from_millis(1), 10).unwrap();
     let source = script::source_with_now_from_args();

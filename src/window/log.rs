@@ -7,8 +7,9 @@ use crate::clock::DefaultClock;
 use crate::clock::{DefaultClockOrNone, is_coarse};
 use crate::decision::Decision;
 use crate::decision::{Detail, count32};
+use crate::quota::InsufficientCapacity;
 use crate::quota::{Quota, QuotaError};
-use crate::rate_limiter::{InsufficientCapacity, RateLimiter};
+use crate::rate_limiter::RateLimiter;
 use crate::sync::{AtomicBool, Ordering};
 
 /// Exact: at most `limit` admissions in **any** span of the window's length. A ring buffer of the

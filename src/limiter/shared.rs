@@ -75,7 +75,12 @@ pub(crate) mod engine {
         /// A state word taken out of use ([`crate::limiter::retire_word`], or read while the
         /// key is held exclusively) carried over to the limiter `to` (another quota) as `how`
         /// says.
-        fn carried_state(&self, word: u64, to: &Self, how: crate::Carry) -> KeyState;
+        fn carried_state(
+            &self,
+            word: u64,
+            to: &Self,
+            how: crate::limiter::algorithm::Carry,
+        ) -> KeyState;
     }
 
     impl<A: Continuous, C: Clock> KeyedEngine for Limiter<A, C> {
@@ -131,7 +136,12 @@ pub(crate) mod engine {
             self.clock().now()
         }
 
-        fn carried_state(&self, word: u64, to: &Self, how: crate::Carry) -> KeyState {
+        fn carried_state(
+            &self,
+            word: u64,
+            to: &Self,
+            how: crate::limiter::algorithm::Carry,
+        ) -> KeyState {
             KeyState(StateCell::new(self.carried_word(
                 word,
                 to,
