@@ -7,7 +7,7 @@ use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
 use crate::limiter::algorithm::engine::{Answer, Carried, Engine, Total};
-use crate::limiter::algorithm::{Algorithm, Continuous, Retunable};
+use crate::limiter::algorithm::{Algorithm, Carry, Continuous, Retunable};
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
 
@@ -61,15 +61,8 @@ impl Continuous for GcraAlgorithm {}
 impl Retunable for GcraAlgorithm {}
 
 impl Carried for GcraAlgorithm {
-    fn carry(
-        &self,
-        tat: u64,
-        now: u64,
-        to: &Self,
-        now_to: u64,
-        how: crate::limiter::algorithm::Carry,
-    ) -> u64 {
-        let proportional = matches!(how, crate::limiter::algorithm::Carry::Proportional);
+    fn carry(&self, tat: u64, now: u64, to: &Self, now_to: u64, how: Carry) -> u64 {
+        let proportional = matches!(how, Carry::Proportional);
         math::carry(tat, now, &self.0, now_to, &to.0, proportional)
     }
 }

@@ -7,7 +7,7 @@ use crate::limiter::Limiter;
 use core::num::NonZeroU64;
 
 use crate::limiter::algorithm::engine::{Answer, Carried, Engine, Total};
-use crate::limiter::algorithm::{Algorithm, Continuous, Retunable};
+use crate::limiter::algorithm::{Algorithm, Carry, Continuous, Retunable};
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
 
@@ -74,15 +74,8 @@ impl Retunable for TokenBucketAlgorithm {}
 
 impl Carried for TokenBucketAlgorithm {
     /// In nanoseconds: the bucket reads them as its units.
-    fn carry(
-        &self,
-        word: u64,
-        now: u64,
-        to: &Self,
-        _now_to: u64,
-        how: crate::limiter::algorithm::Carry,
-    ) -> u64 {
-        let proportional = matches!(how, crate::limiter::algorithm::Carry::Proportional);
+    fn carry(&self, word: u64, now: u64, to: &Self, _now_to: u64, how: Carry) -> u64 {
+        let proportional = matches!(how, Carry::Proportional);
         math::carry(word, now, &self.0, &to.0, proportional)
     }
 }

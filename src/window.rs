@@ -15,7 +15,7 @@ use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
 use crate::limiter::algorithm::engine::{Answer, Carried, Engine};
-use crate::limiter::algorithm::{Algorithm, Retunable};
+use crate::limiter::algorithm::{Algorithm, Carry, Retunable};
 use crate::quota::{Quota, QuotaError};
 use crate::state_cell::Step;
 
@@ -170,15 +170,8 @@ impl<K: WindowKind> Carried for WindowAlgorithm<K> {
     /// The counts, as [`math::carry`] says: [`Carry::Debt`](crate::Carry::Debt) keeps them as
     /// they are, [`Carry::Proportional`](crate::Carry::Proportional) scales them to the new
     /// limit; both at most the new limit.
-    fn carry(
-        &self,
-        word: u64,
-        now: u64,
-        to: &Self,
-        _now_to: u64,
-        how: crate::limiter::algorithm::Carry,
-    ) -> u64 {
-        let proportional = matches!(how, crate::limiter::algorithm::Carry::Proportional);
+    fn carry(&self, word: u64, now: u64, to: &Self, _now_to: u64, how: Carry) -> u64 {
+        let proportional = matches!(how, Carry::Proportional);
         math::carry(word, now, K::COUNTS, &self.params, &to.params, proportional)
     }
 }

@@ -6,6 +6,7 @@ use crate::clock::Clock;
 /// A throttle that hands out reservations from outside this family (the reconfiguration wing's),
 /// and takes their slots back: the crate-private hook through which a [`Reservation`] refunds
 /// without naming its issuer's type.
+#[cfg(feature = "std")]
 pub(crate) trait Refund: core::fmt::Debug {
     /// Takes back `cost` of the slot ending at `end`, handed out while the quota `generation` was
     /// in force, if that quota still is and the slot is the latest; whether it did.
@@ -17,6 +18,8 @@ pub(crate) trait Refund: core::fmt::Debug {
 #[derive(Debug)]
 enum Issuer<'a, C: Clock> {
     Throttle(&'a Throttle<C>),
+    /// Only the reconfiguration wing issues these, and it needs `std`.
+    #[cfg(feature = "std")]
     Other {
         owner: &'a (dyn Refund + Sync),
         generation: u64,
@@ -93,6 +96,7 @@ impl<'a, C: Clock> Reservation<'a, C> {
     }
 
     /// A slot `owner` handed out under the quota `generation`.
+    #[cfg(feature = "std")]
     pub(crate) fn of_other(
         owner: &'a (dyn Refund + Sync),
         generation: u64,
@@ -116,6 +120,7 @@ impl<'a, C: Clock> Reservation<'a, C> {
     pub fn refund(self) -> bool {
         match self.throttle {
             Issuer::Throttle(throttle) => throttle.refund_latest(self.end, self.cost),
+            #[cfg(feature = "std")]
             Issuer::Other { owner, generation } => {
                 owner.refund_latest(generation, self.end, self.cost)
             }
@@ -134,6 +139,7 @@ impl<'a, C: Clock> Reservation<'a, C> {
     pub fn loom_broken_refund(self) -> bool {
         match self.throttle {
             Issuer::Throttle(throttle) => throttle.loom_broken_refund_latest(self.end, self.cost),
+            #[cfg(feature = "std")]
             Issuer::Other { owner, generation } => {
                 owner.refund_latest(generation, self.end, self.cost)
             }

@@ -1,7 +1,7 @@
 use crate::clock::{Clock, is_coarse};
 use crate::decision::Decision;
-use crate::limiter::algorithm::Continuous;
 use crate::limiter::algorithm::engine::Answer;
+use crate::limiter::algorithm::{Carry, Continuous};
 use crate::limiter::is_retired;
 use crate::limiter::{Limiter, settle};
 use crate::rate_limiter::RateLimiter;
@@ -75,12 +75,7 @@ pub(crate) mod engine {
         /// A state word taken out of use ([`crate::limiter::retire_word`], or read while the
         /// key is held exclusively) carried over to the limiter `to` (another quota) as `how`
         /// says.
-        fn carried_state(
-            &self,
-            word: u64,
-            to: &Self,
-            how: crate::limiter::algorithm::Carry,
-        ) -> KeyState;
+        fn carried_state(&self, word: u64, to: &Self, how: Carry) -> KeyState;
     }
 
     impl<A: Continuous, C: Clock> KeyedEngine for Limiter<A, C> {
@@ -136,12 +131,7 @@ pub(crate) mod engine {
             self.clock().now()
         }
 
-        fn carried_state(
-            &self,
-            word: u64,
-            to: &Self,
-            how: crate::limiter::algorithm::Carry,
-        ) -> KeyState {
+        fn carried_state(&self, word: u64, to: &Self, how: Carry) -> KeyState {
             KeyState(StateCell::new(self.carried_word(
                 word,
                 to,
