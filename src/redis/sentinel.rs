@@ -74,15 +74,13 @@ impl Watched {
                 None => return false,
             },
         };
-        let addr = address(client.get_connection_info().addr());
-        if addr == self.master().addr {
+        if client.get_connection_info().addr().to_string() == self.master().addr {
             return true;
         }
-        let Ok(connection) = cluster::connection(client, options).await else {
+        let Ok(node) = node_of(client, options).await else {
             return false;
         };
-        let node = Arc::new(Node::new(addr, connection, options));
-        *self.master.write().unwrap_or_else(PoisonError::into_inner) = node;
+        *self.master.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(node);
         true
     }
 
@@ -172,9 +170,14 @@ async fn master(
             }
         };
     let template = client.get_connection_info().clone();
-    let addr = address(template.addr());
+    Ok((node_of(client, options).await?, template))
+}
+
+/// The server `client` reaches, connected, named `host:port` as the store names its nodes.
+async fn node_of(client: redis::Client, options: &RedisOptions) -> RedisResult<Node> {
+    let addr = client.get_connection_info().addr().to_string();
     let connection = cluster::connection(client, options).await?;
-    Ok((Node::new(addr, connection, options), template))
+    Ok(Node::new(addr, connection, options))
 }
 
 /// The Sentinel client: the sentinels reached as their URLs say (their own credentials and TLS),
@@ -227,14 +230,4 @@ fn client(urls: &[&str], name: &str, options: &RedisOptions) -> RedisResult<Sent
         }
     }
     builder.build()
-}
-
-/// `host:port` of an address.
-fn address(addr: &ConnectionAddr) -> String {
-    match addr {
-        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
-            alloc::format!("{host}:{port}")
-        }
-        other => alloc::format!("{other}"),
-    }
 }
