@@ -136,7 +136,7 @@ impl<C: Clock> Gcra<C> {
 #[cfg(all(test, not(atomic_limiter_loom)))]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     /// Four threads on a frozen clock take exactly the burst (through the CAS retry path).
     #[test]

@@ -287,7 +287,7 @@ impl<K: Hash + Eq + Clone> Keyed<K, Gcra> {
     /// assert_eq!((0..10).filter(|_| per_client.check_key(&client).is_allowed()).count(), 5);
     /// ```
     pub fn gcra(quota: Quota, max_keys: usize) -> Self {
-        let clock = crate::QuantaClock::new();
+        let clock = crate::clock::QuantaClock::new();
         Keyed::new(quota, max_keys, move |q| Gcra::with_clock(q, clock.clone()))
     }
 }
@@ -1049,7 +1049,7 @@ fn duration_ns(d: core::time::Duration) -> u64 {
 #[cfg(all(test, not(atomic_limiter_loom)))]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     #[test]
     fn keys_are_independent_and_counted() {

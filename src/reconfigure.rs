@@ -615,9 +615,11 @@ mod cell {
 #[cfg(all(test, feature = "std", not(atomic_limiter_loom)))]
 mod tests {
     use super::*;
-    use crate::algorithm::GcraAlgorithm;
+    use crate::clock::Clock;
+    use crate::clock::ManualClock;
+    use crate::gcra::GcraAlgorithm;
     use crate::limiter::algorithm::Carry;
-    use crate::{Clock, ManualClock, Quota};
+    use crate::quota::Quota;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
     use std::thread;

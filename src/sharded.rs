@@ -621,7 +621,7 @@ impl Sharded<Gcra> {
     /// assert!(admitted >= 100 && admitted <= 200);
     /// ```
     pub fn gcra(quota: Quota) -> Sharded<Gcra> {
-        let clock = crate::QuantaClock::new();
+        let clock = crate::clock::QuantaClock::new();
         Sharded::new(quota, default_shards(), |q| {
             Gcra::with_clock(q, clock.clone())
         })
@@ -665,7 +665,7 @@ impl<L: KeyedLimiter> RateLimiter for Sharded<L> {
 #[cfg(all(test, not(atomic_limiter_loom)))]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     #[test]
     fn shares_add_up_exactly() {

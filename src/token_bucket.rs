@@ -293,7 +293,7 @@ impl<C: Clock> TokenBucket<C> {
 #[cfg(all(test, not(atomic_limiter_loom)))]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     /// Four threads on a frozen clock take exactly the burst (through the CAS retry path).
     #[test]

@@ -60,7 +60,7 @@ impl Wait {
 /// What a waiting loop does after one check.
 pub(crate) enum Next {
     /// Granted: return it.
-    Done(crate::Decision),
+    Done(crate::decision::Decision),
     /// Refused: sleep this long, then try again.
     Sleep(Duration),
 }
@@ -69,16 +69,16 @@ impl Wait {
     /// The waiting loops' one decision: done, sleep, or give up (`waited` so far).
     pub(crate) fn next(
         &self,
-        checked: Result<crate::Decision, crate::InsufficientCapacity>,
+        checked: Result<crate::decision::Decision, crate::quota::InsufficientCapacity>,
         waited: Duration,
-    ) -> Result<Next, crate::WaitError> {
+    ) -> Result<Next, crate::wait::WaitError> {
         let d = checked?;
         if d.is_allowed() {
             return Ok(Next::Done(d));
         }
         let nap = self.sleep_for(d.retry_after());
         if waited.saturating_add(nap) > self.max_wait {
-            return Err(crate::WaitError::TimedOut {
+            return Err(crate::wait::WaitError::TimedOut {
                 waited,
                 retry_after: d.retry_after(),
             });
@@ -91,10 +91,10 @@ impl Wait {
 /// advertised wait (plus jitter) with `sleep`, giving up before a sleep that would pass the
 /// maximum. Every limiter's `wait_n_with`, and `Keyed`'s, is this.
 pub(crate) fn wait_with(
-    mut check: impl FnMut() -> Result<crate::Decision, crate::InsufficientCapacity>,
+    mut check: impl FnMut() -> Result<crate::decision::Decision, crate::quota::InsufficientCapacity>,
     wait: Wait,
     mut sleep: impl FnMut(Duration),
-) -> Result<crate::Decision, crate::WaitError> {
+) -> Result<crate::decision::Decision, crate::wait::WaitError> {
     let mut waited = Duration::ZERO;
     loop {
         match wait.next(check(), waited)? {
@@ -109,10 +109,10 @@ pub(crate) fn wait_with(
 
 /// [`wait_with`] as a future: `sleep` makes the runtime's timer future, awaited between tries.
 pub(crate) async fn until_with<S, F>(
-    mut check: impl FnMut() -> Result<crate::Decision, crate::InsufficientCapacity>,
+    mut check: impl FnMut() -> Result<crate::decision::Decision, crate::quota::InsufficientCapacity>,
     wait: Wait,
     mut sleep: S,
-) -> Result<crate::Decision, crate::WaitError>
+) -> Result<crate::decision::Decision, crate::wait::WaitError>
 where
     S: FnMut(Duration) -> F,
     F: core::future::Future<Output = ()>,

@@ -58,9 +58,9 @@ impl GcraParams {
     }
 
     /// `n` within the burst, or the error a reservation gives.
-    pub(crate) fn within_burst(&self, n: u32) -> Result<(), crate::ThrottleError> {
-        crate::InsufficientCapacity::check(n, self.burst)
-            .map_err(crate::ThrottleError::InsufficientCapacity)
+    pub(crate) fn within_burst(&self, n: u32) -> Result<(), crate::gcra::throttle::ThrottleError> {
+        crate::quota::InsufficientCapacity::check(n, self.burst)
+            .map_err(crate::gcra::throttle::ThrottleError::InsufficientCapacity)
     }
 
     /// A decision with GCRA figures: `after` units of debt stand, the request passes in `wait`.
@@ -71,8 +71,8 @@ impl GcraParams {
         after: u64,
         wait: u64,
         resolution: u64,
-    ) -> crate::Decision {
-        crate::Decision::new(
+    ) -> crate::decision::Decision {
+        crate::decision::Decision::new(
             allowed,
             resolution,
             crate::decision::Detail::Time {
@@ -221,7 +221,7 @@ impl Metered {
 
     /// The decision, with waits rounded up to `resolution`.
     #[inline(always)]
-    pub(crate) fn decision(self, p: &GcraParams, resolution: u64) -> crate::Decision {
+    pub(crate) fn decision(self, p: &GcraParams, resolution: u64) -> crate::decision::Decision {
         p.decision(self.is_allowed(), self.after, self.wait, resolution)
     }
 }

@@ -13,7 +13,10 @@ use sfv::{BareItem, List, ListEntry, Parser};
 use tower::{Service, ServiceExt, service_fn};
 
 use super::*;
-use crate::{Gcra, Keyed, ManualClock, Quota};
+use crate::clock::ManualClock;
+use crate::gcra::Gcra;
+use crate::keyed::Keyed;
+use crate::quota::Quota;
 
 type Table<K> = Keyed<K, Gcra<ManualClock>>;
 
@@ -856,12 +859,12 @@ async fn the_layer_counts_every_decision() {
         let enforcing =
             RateLimitLayer::builder(PeerIp::new(), table(Quota::per_second(2), 1, &clock))
                 .cost(|head| if head.uri().path() == "/big" { 9 } else { 1 })
-                .metrics(crate::LimiterMetrics::new("web"))
+                .metrics(crate::instrument::LimiterMetrics::new("web"))
                 .build();
         let shadow = RateLimitLayer::builder(PeerIp::new(), table(Quota::per_second(1), 1, &clock))
             .cost(|head| if head.uri().path() == "/big" { 9 } else { 1 })
             .shadow(true)
-            .metrics(crate::LimiterMetrics::new("watch"))
+            .metrics(crate::instrument::LimiterMetrics::new("watch"))
             .build();
         (enforcing, shadow)
     });

@@ -21,12 +21,12 @@ where
     C: Clock + Clone + Send + Sync,
 {
     fn quota(&self) -> Quota {
-        *crate::RateLimiter::quota(self)
+        *crate::rate_limiter::RateLimiter::quota(self)
     }
 
     #[inline(always)]
     fn capacity(&self) -> u32 {
-        crate::RateLimiter::quota(self).burst()
+        crate::rate_limiter::RateLimiter::quota(self).burst()
     }
 
     #[inline(always)]
@@ -97,7 +97,7 @@ impl<A: Retunable + Continuous + 'static> ReconfigurableSharded<A, DefaultClock>
     pub fn new(quota: Quota) -> Self {
         ReconfigurableSharded::with_clock(
             quota,
-            Sharded::<crate::Gcra>::default_shard_count(),
+            Sharded::<crate::gcra::Gcra>::default_shard_count(),
             DefaultClock::new(),
         )
     }

@@ -6,7 +6,9 @@ use core::time::Duration;
 use proptest::prelude::*;
 
 use super::script::{self, Mode, Reply, ScriptQuota};
-use crate::{Gcra, ManualClock, Quota};
+use crate::clock::ManualClock;
+use crate::gcra::Gcra;
+use crate::quota::Quota;
 
 #[path = "test_server.rs"]
 mod redis_server;
@@ -175,8 +177,8 @@ proptest! {
         quotas in prop::collection::vec(quota(), 2..4),
         steps in prop::collection::vec((0u64..400_000, 0u32..45, 0u8..10), 1..60),
     ) {
-        use crate::algorithm::GcraAlgorithm;
-        use crate::Reconfigurable;
+        use crate::gcra::GcraAlgorithm;
+        use crate::reconfigure::Reconfigurable;
         use crate::limiter::algorithm::Carry;
         let source = script::source_with_now_from_args();
         let test = "a_changed_quota_decides_as_the_local_reconfigurable_gcra";
@@ -338,9 +340,9 @@ fn an_idle_subject_expires_when_full_again() {
 /// reset at 432 µs instead of 429.
 #[test]
 fn a_tat_written_under_other_units_keeps_its_instant() {
-    use crate::Reconfigurable;
-    use crate::algorithm::GcraAlgorithm;
+    use crate::gcra::GcraAlgorithm;
     use crate::limiter::algorithm::Carry;
+    use crate::reconfigure::Reconfigurable;
     let sevens = Quota::try_new(7, Duration::from_millis(1), 10).unwrap();
     let ones = Quota::try_new(1, Duration::from_millis(1), 10).unwrap();
     let source = script::source_with_now_from_args();
