@@ -109,11 +109,9 @@ fn deny_loop<L: RateLimiter + Send + Sync + 'static>(
 }
 
 /// `Reconfigurable<GcraAlgorithm>`, named "Reconfigurable<Gcra>": the allow loop (`deny` None),
-/// or the deny loop, reading the retry-after when `deny` is `Some(true)`. Its own loop because it
-/// is not a `RateLimiter` (its quota is not borrowed: it may change). The loop is `deny_loop`'s,
-/// written out again on purpose: one loop for both, taking the check as a closure or a function
-/// item, moved other subjects' figures by up to 2 ns here (`TokenBucket` admitted 19.3 -> 21.3
-/// ns) through code layout alone.
+/// or the deny loop, reading the retry-after when `deny` is `Some(true)`. The loop is
+/// `deny_loop`'s, written out again on purpose: one loop for both, taking the check as a closure
+/// or a function item, moved other subjects' figures by up to 2 ns through code layout alone.
 fn reconfigurable_loop(q: Quota, deny: Option<bool>) -> Subject {
     let l: Reconfigurable<GcraAlgorithm, QuantaClock> = Reconfigurable::new(q);
     if deny.is_some() {

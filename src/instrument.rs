@@ -214,9 +214,9 @@ impl LimiterMetrics {
     }
 }
 
-/// Any [`RateLimiter`] that records every decision in its [`LimiterMetrics`]. For limiters that
-/// are not `RateLimiter`s (a keyed table, a reconfigurable limiter) call
-/// [`LimiterMetrics::record`] on their decisions; the Redis limiters and the HTTP layer take
+/// Any [`RateLimiter`] that records every decision in its [`LimiterMetrics`]. Every limiter of the crate
+/// is one, the reconfigurable ones included; for a keyed table call
+/// [`LimiterMetrics::record`] on its decisions; the Redis limiters and the HTTP layer take
 /// the counters in their options.
 #[derive(Debug)]
 pub struct Instrumented<L> {
@@ -259,7 +259,7 @@ impl<L: RateLimiter> RateLimiter for Instrumented<L> {
         answer
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.limiter.quota()
     }
 }

@@ -726,10 +726,10 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         let changed = self
             .store
             .change(key, |e, retired| {
-                if *e.limiter.quota() == quota {
+                if e.limiter.quota() == quota {
                     return (Change::Keep, None);
                 }
-                let old = *e.limiter.quota();
+                let old = e.limiter.quota();
                 let (moved, at) = e.moved_to(&limiter, carry, retired);
                 (Change::Replace(moved), Some((old, at)))
             })
@@ -794,10 +794,10 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
         let to = {
             let mut current = current.lock().unwrap_or_else(PoisonError::into_inner);
-            if *current.quota() == quota {
+            if current.quota() == quota {
                 return false;
             }
-            let to = if *first.quota() == quota {
+            let to = if first.quota() == quota {
                 first.clone()
             } else {
                 Arc::new((self.make)(quota))
@@ -1004,7 +1004,7 @@ fn evict<L: KeyedLimiter>(
     e: &KeyEntry<L>,
     retired: Option<&Retired>,
 ) -> (Change<KeyEntry<L>>, Evict) {
-    let quota = *e.limiter.quota();
+    let quota = e.limiter.quota();
     match Evict::held(e) {
         Evict::Held { wait: 0, .. } if retired.is_none() => {
             // Decided with the entry held exclusively: nobody drained it in between.
@@ -1033,12 +1033,12 @@ fn shared_quota<L: KeyedLimiter>(
     // Relaxed: a quota read moments before a change is as good as one read moments after;
     // `current` itself is read under its mutex.
     if changed.load(Ordering::Relaxed) {
-        *current
+        current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .quota()
     } else {
-        *first.quota()
+        first.quota()
     }
 }
 

@@ -113,8 +113,8 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     }
 
     /// The quota the limiter enforces.
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.quota
     }
 
     /// The algorithm's parameters, for its own methods.
@@ -420,7 +420,7 @@ impl<A: Algorithm, C: Clock> RateLimiter for Limiter<A, C> {
         Limiter::check_n(self, n)
     }
 
-    fn quota(&self) -> &Quota {
-        &self.quota
+    fn quota(&self) -> Quota {
+        self.quota
     }
 }

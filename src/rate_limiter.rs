@@ -41,7 +41,7 @@ pub trait RateLimiter {
     fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity>;
 
     /// The quota the limiter enforces.
-    fn quota(&self) -> &Quota;
+    fn quota(&self) -> Quota;
 
     /// Waits until `n` tokens are granted, sleeping with `sleep` between tries: each refusal's
     /// `retry_after` (plus the jitter of `wait`), never a busy loop, and nothing held while

@@ -60,11 +60,9 @@ mod cell {
     use crate::limiter::algorithm::{Continuous, Retunable};
     use crate::quota::InsufficientCapacity;
     use crate::quota::{Quota, QuotaError};
+    use crate::rate_limiter::RateLimiter;
     use crate::sync::{AtomicBool, AtomicPtr, Backoff, Mutex, Ordering};
-    use crate::wait::{Wait, WaitError};
     use core::convert::Infallible;
-    use core::future::Future;
-    use core::time::Duration;
     use std::sync::PoisonError;
 
     /// What a cell holds, and how a change moves its state to the next cell's: one limiter, or a
@@ -111,7 +109,7 @@ mod cell {
 
     impl<A: Retunable, C: Clock> Content for Limiter<A, C> {
         fn quota(&self) -> Quota {
-            *Limiter::quota(self)
+            Limiter::quota(self)
         }
 
         #[inline(always)]
@@ -570,43 +568,31 @@ mod cell {
             self.cells.check()
         }
 
-        /// Waits until `n` tokens are granted, sleeping with `sleep` between tries, as
-        /// [`RateLimiter::wait_n_with`](crate::RateLimiter::wait_n_with) does; a change of quota
-        /// while it waits applies to its next try.
-        ///
-        /// # Errors
-        ///
-        /// [`WaitError::InsufficientCapacity`] if `n` exceeds the burst in force;
-        /// [`WaitError::TimedOut`] if the next sleep would take the total past `wait.max_wait()`.
-        pub fn wait_n_with(
-            &self,
-            n: u32,
-            wait: Wait,
-            sleep: impl FnMut(Duration),
-        ) -> Result<Decision, WaitError> {
-            crate::wait::wait_with(|| self.check_n(n), wait, sleep)
-        }
-
-        /// The asynchronous form of [`Reconfigurable::wait_n_with`], bound to no runtime.
-        ///
-        /// # Errors
-        ///
-        /// As [`Reconfigurable::wait_n_with`].
-        pub fn until_n_ready_with<'a, S, F>(
-            &'a self,
-            n: u32,
-            wait: Wait,
-            sleep: S,
-        ) -> impl Future<Output = Result<Decision, WaitError>> + 'a
-        where
-            S: FnMut(Duration) -> F + 'a,
-            F: Future<Output = ()> + 'a,
-        {
-            crate::wait::until_with(move || self.check_n(n), wait, sleep)
-        }
-
         /// The quota in force (by value: it may change right after).
         pub fn quota(&self) -> Quota {
+            self.cells.quota()
+        }
+    }
+
+    /// The plain limiter's trait on the quota in force: [`Shadow`](crate::shadow::Shadow),
+    /// `Instrumented`, [`RateLimiter::wait_n`] and [`RateLimiter::until_n_ready_with`] wrap it
+    /// (a change of quota while one waits applies to its next try).
+    impl<A, C> RateLimiter for Reconfigurable<A, C>
+    where
+        A: Retunable + 'static,
+        C: Clock + Clone + Send + Sync + 'static,
+    {
+        #[inline(always)]
+        fn check(&self) -> Decision {
+            self.cells.check()
+        }
+
+        #[inline(always)]
+        fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+            self.cells.check_n(n)
+        }
+
+        fn quota(&self) -> Quota {
             self.cells.quota()
         }
     }

@@ -12,8 +12,9 @@ use crate::rate_limiter::RateLimiter;
 /// have answered. A request larger than the burst, which the limiter refuses outright, is let
 /// through too, as a refusal with no wait that helps.
 ///
-/// For a keyed table or a reconfigurable limiter, which are not `RateLimiter`s, call
-/// [`Decision::shadow`] on their decisions; the HTTP layer has
+/// Every limiter of the crate is a `RateLimiter`, the reconfigurable ones included (a change of
+/// quota under the wrapper applies to its next check); for a keyed table call
+/// [`Decision::shadow`] on its decisions; the HTTP layer has
 /// `RateLimitLayerBuilder::shadow`.
 ///
 /// # Examples
@@ -61,7 +62,7 @@ impl<L: RateLimiter> RateLimiter for Shadow<L> {
         Ok(shadowed(self.limiter.check_n(n)))
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.limiter.quota()
     }
 }

@@ -171,7 +171,7 @@ impl<L: KeyedLimiter> Sharded<L> {
     }
 
     /// The shards' quotas, in shard order (they add up to the whole quota).
-    pub fn shard_quotas(&self) -> impl Iterator<Item = &Quota> {
+    pub fn shard_quotas(&self) -> impl Iterator<Item = Quota> {
         self.shards.iter().map(|s| s.quota())
     }
 
@@ -244,7 +244,7 @@ impl<L: KeyedLimiter> Sharded<L> {
                 },
             };
             if let Some(d) = d {
-                seen.fold(&d, shard.quota(), n);
+                seen.fold(&d, &shard.quota(), n);
             }
         }
         if n > 0 && seen.remaining >= u64::from(n) {
@@ -281,7 +281,7 @@ impl<L: KeyedLimiter> Sharded<L> {
         let mut curve = ShardCurve::default();
         for shard in self.shards.iter() {
             if let Ok(d) = check(shard, 0) {
-                curve.add(shard.quota(), duration_ns(d.reset_after()));
+                curve.add(&shard.quota(), duration_ns(d.reset_after()));
             }
         }
         curve.first_holding(n, last_reset)
@@ -657,8 +657,8 @@ impl<L: KeyedLimiter> RateLimiter for Sharded<L> {
         Sharded::check_n(self, n)
     }
 
-    fn quota(&self) -> &Quota {
-        &self.quota
+    fn quota(&self) -> Quota {
+        self.quota
     }
 }
 

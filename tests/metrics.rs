@@ -135,3 +135,41 @@ fn without_a_recorder_nothing_changes() {
     let admitted = (0..5).filter(|_| l.check().is_allowed()).count();
     assert_eq!(admitted, 2);
 }
+
+/// A reconfigurable limiter is a `RateLimiter`, so `Instrumented` counts it: the decisions made
+/// before and after a change of quota, under one name.
+#[test]
+fn a_reconfigurable_limiter_is_counted() {
+    use atomic_limiter::algorithm::GcraAlgorithm;
+    use atomic_limiter::{Carry, Reconfigurable, ReconfigurableThrottle};
+
+    let recorder = DebuggingRecorder::new();
+    metrics::with_local_recorder(&recorder, || {
+        let clock = ManualClock::new();
+        let tenant: Reconfigurable<GcraAlgorithm, _> =
+            Reconfigurable::with_clock(Quota::per_second(2), clock.clone());
+        let tenant = Instrumented::new(tenant, LimiterMetrics::new("tenant"));
+        for _ in 0..3 {
+            let _ = tenant.check();
+        }
+        tenant
+            .limiter()
+            .set_quota(Quota::per_second(10), Carry::Debt);
+        // The debt of the first quota is one second: then full at the new burst.
+        clock.advance(Duration::from_secs(1));
+        for _ in 0..11 {
+            let _ = tenant.check();
+        }
+        let paced = Instrumented::new(
+            ReconfigurableThrottle::with_clock(Quota::per_second(1), clock.clone()),
+            LimiterMetrics::new("paced"),
+        );
+        let _ = paced.check();
+        let _ = paced.check();
+    });
+    let c = counters(&recorder);
+    assert_eq!(count(&c, "allowed_total", "limiter=tenant"), 12);
+    assert_eq!(count(&c, "denied_total", "limiter=tenant"), 2);
+    assert_eq!(count(&c, "allowed_total", "limiter=paced"), 1);
+    assert_eq!(count(&c, "denied_total", "limiter=paced"), 1);
+}

@@ -126,7 +126,7 @@ impl RateLimiter for NoStealing {
         self.0[usize::from(cpu_now() == self.1)].check_n(n)
     }
 
-    fn quota(&self) -> &Quota {
+    fn quota(&self) -> Quota {
         self.0[0].quota()
     }
 }

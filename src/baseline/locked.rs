@@ -192,7 +192,7 @@ impl<A: Textbook, C: Clock, L: BaselineLock<A::State>> RateLimiter for Locked<A,
         Ok(self.run(n))
     }
 
-    fn quota(&self) -> &Quota {
-        &self.quota
+    fn quota(&self) -> Quota {
+        self.quota
     }
 }

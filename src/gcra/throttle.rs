@@ -183,8 +183,8 @@ impl<C: Clock> Throttle<C> {
     }
 
     /// The quota it paces to.
-    pub fn quota(&self) -> &Quota {
-        &self.quota
+    pub fn quota(&self) -> Quota {
+        self.quota
     }
 
     /// The clock the throttle reads.
@@ -286,8 +286,8 @@ impl<C: Clock> RateLimiter for Throttle<C> {
         Ok(self.meter(n))
     }
 
-    fn quota(&self) -> &Quota {
-        &self.quota
+    fn quota(&self) -> Quota {
+        self.quota
     }
 }
 

@@ -15,7 +15,7 @@ use crate::window::log::SlidingWindowLog;
 
 impl<C: Clock> Content for SlidingWindowLog<C> {
     fn quota(&self) -> Quota {
-        *RateLimiter::quota(self)
+        RateLimiter::quota(self)
     }
 
     #[inline]
@@ -130,6 +130,24 @@ impl<C: Clock + Clone + Send + Sync + 'static> ReconfigurableLog<C> {
 
     /// The quota in force (by value: it may change right after).
     pub fn quota(&self) -> Quota {
+        self.cells.quota()
+    }
+}
+
+/// The plain limiter's trait on the quota in force, so that [`Shadow`](crate::shadow::Shadow),
+/// `Instrumented` and the waits of [`RateLimiter`] wrap it.
+impl<C: Clock + Clone + Send + Sync + 'static> RateLimiter for ReconfigurableLog<C> {
+    #[inline(always)]
+    fn check(&self) -> Decision {
+        self.cells.check()
+    }
+
+    #[inline(always)]
+    fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        self.cells.check_n(n)
+    }
+
+    fn quota(&self) -> Quota {
         self.cells.quota()
     }
 }

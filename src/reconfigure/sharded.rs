@@ -11,6 +11,7 @@ use crate::limiter::algorithm::Carry;
 use crate::limiter::algorithm::{Continuous, Retunable};
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
+use crate::rate_limiter::RateLimiter;
 use crate::sharded::Sharded;
 use crate::sync::AtomicBool;
 use core::convert::Infallible;
@@ -21,7 +22,7 @@ where
     C: Clock + Clone + Send + Sync,
 {
     fn quota(&self) -> Quota {
-        *crate::rate_limiter::RateLimiter::quota(self)
+        crate::rate_limiter::RateLimiter::quota(self)
     }
 
     #[inline(always)]
@@ -157,6 +158,28 @@ where
 
     /// The quota in force (by value: it may change right after).
     pub fn quota(&self) -> Quota {
+        self.cells.quota()
+    }
+}
+
+/// The plain limiter's trait on the quota in force, so that [`Shadow`](crate::shadow::Shadow),
+/// `Instrumented` and the waits of [`RateLimiter`] wrap it.
+impl<A, C> RateLimiter for ReconfigurableSharded<A, C>
+where
+    A: Retunable + Continuous + 'static,
+    C: Clock + Clone + Send + Sync + 'static,
+{
+    #[inline(always)]
+    fn check(&self) -> Decision {
+        self.cells.check()
+    }
+
+    #[inline(always)]
+    fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        self.cells.check_n(n)
+    }
+
+    fn quota(&self) -> Quota {
         self.cells.quota()
     }
 }

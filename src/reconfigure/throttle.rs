@@ -14,11 +14,12 @@ use crate::gcra::throttle::{Throttle, ThrottleError};
 use crate::limiter::algorithm::Carry;
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
+use crate::rate_limiter::RateLimiter;
 use crate::sync::AtomicBool;
 
 impl<C: Clock> Content for Throttle<C> {
     fn quota(&self) -> Quota {
-        *Throttle::quota(self)
+        Throttle::quota(self)
     }
 
     #[inline]
@@ -182,6 +183,24 @@ impl<C: Clock + Clone + Send + Sync + 'static> ReconfigurableThrottle<C> {
 
     /// The quota in force (by value: it may change right after).
     pub fn quota(&self) -> Quota {
+        self.cells.quota()
+    }
+}
+
+/// The plain limiter's trait on the quota in force, so that [`Shadow`](crate::shadow::Shadow),
+/// `Instrumented` and the waits of [`RateLimiter`] wrap it.
+impl<C: Clock + Clone + Send + Sync + 'static> RateLimiter for ReconfigurableThrottle<C> {
+    #[inline(always)]
+    fn check(&self) -> Decision {
+        self.cells.check()
+    }
+
+    #[inline(always)]
+    fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+        self.cells.check_n(n)
+    }
+
+    fn quota(&self) -> Quota {
         self.cells.quota()
     }
 }

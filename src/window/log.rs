@@ -281,7 +281,7 @@ impl<C: Clock> RateLimiter for SlidingWindowLog<C> {
         SlidingWindowLog::check_n(self, n)
     }
 
-    fn quota(&self) -> &Quota {
-        &self.quota
+    fn quota(&self) -> Quota {
+        self.quota
     }
 }
