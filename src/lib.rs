@@ -110,7 +110,9 @@ pub use gcra::throttle::{Throttle, ThrottleError};
 #[cfg(feature = "metrics")]
 pub use instrument::{Instrumented, LimiterMetrics};
 #[cfg(feature = "std")]
-pub use keyed::{KeyQuotas, Keyed};
+pub use keyed::quotas::KeyQuotas;
+#[cfg(feature = "std")]
+pub use keyed::table::Keyed;
 pub use limiter::Limiter;
 pub use limiter::algorithm::Carry;
 #[cfg(feature = "std")]

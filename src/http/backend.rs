@@ -4,8 +4,9 @@ use core::future::{Future, Pending};
 use core::hash::Hash;
 
 use crate::decision::Decision;
-use crate::keyed::Keyed;
-use crate::keyed::{KeyEntry, KeyedLimiter, KeyedStore};
+use crate::keyed::table::Keyed;
+use crate::keyed::{KeyEntry, KeyedStore};
+use crate::limiter::shared::KeyedLimiter;
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
 
@@ -63,12 +64,15 @@ where
     #[inline(always)]
     fn check(&self, key: &K, cost: u32) -> Checked<Self::Future> {
         // The answer wrapped where it is made, not copied into the wrapper afterwards.
-        self.check_key_then(key, cost, Checked::Ready)
+        self.check_key_via(&self.per_lookup(), key, cost, |_, _| None, Checked::Ready)
     }
 
     #[inline(always)]
     fn admit(&self, key: &K, cost: u32) -> Option<Checked<Self::Future>> {
-        self.admit_key(key, cost).map(Checked::Ready)
+        // On the one-quota path an admission builds no decision: `Some(None)` answers it.
+        let admitted = |first: &L, seen| first.admitted(seen, cost).then_some(None);
+        let ready = |answer| Some(Checked::Ready(answer));
+        self.check_key_via(&self.per_lookup(), key, cost, admitted, ready)
     }
 
     fn quota(&self, key: &K) -> Option<Quota> {

@@ -15,7 +15,7 @@ use tower::{Service, ServiceExt, service_fn};
 use super::*;
 use crate::clock::ManualClock;
 use crate::gcra::Gcra;
-use crate::keyed::Keyed;
+use crate::keyed::table::Keyed;
 use crate::quota::Quota;
 
 type Table<K> = Keyed<K, Gcra<ManualClock>>;

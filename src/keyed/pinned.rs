@@ -6,8 +6,9 @@ use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 
 use crate::decision::Decision;
+use crate::keyed::KeyEntry;
 use crate::keyed::store::{HeldPin, LockFreeStore};
-use crate::keyed::{KeyEntry, Keyed, one_token};
+use crate::keyed::table::{Keyed, one_token};
 use crate::limiter::shared::KeyedLimiter;
 use crate::quota::InsufficientCapacity;
 

@@ -11,7 +11,7 @@ use super::store::RedisStore;
 use super::{FailurePolicy, RedisConfigError, RedisOptions, StoreError, failure_decision, script};
 use crate::decision::{DecidedBy, Decision};
 use crate::gcra::Gcra;
-use crate::keyed::Keyed;
+use crate::keyed::table::Keyed;
 use crate::limiter::algorithm::Carry;
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;

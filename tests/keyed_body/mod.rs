@@ -1,9 +1,9 @@
 // The tests of `Keyed`, run on each store: `tests/keyed.rs` on dashmap, `tests/keyed_lock_free.rs`
 // on the lock-free store. The including file names the store (`Store`, `store()`).
 
-use atomic_limiter::keyed::{Change, KeyEntry, KeyHasher, KeyedLimiter, KeyedStore, Retired};
+use atomic_limiter::keyed::{Change, KeyEntry, KeyHasher, KeyedStore, Retired};
 use atomic_limiter::{
-    Clock, Decision, Gcra, InsufficientCapacity, KeyQuotas, Keyed, ManualClock, Quota, RateLimiter,
+    Clock, Decision, Gcra, InsufficientCapacity, KeyQuotas, Keyed, KeyedLimiter, ManualClock, Quota, RateLimiter,
     TokenBucket,
 };
 use proptest::prelude::*;

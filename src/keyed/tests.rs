@@ -1,0 +1,76 @@
+use super::table::Keyed;
+use crate::clock::ManualClock;
+use crate::gcra::Gcra;
+use crate::limiter::algorithm::Carry;
+use crate::quota::Quota;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+#[test]
+fn keys_are_independent_and_counted() {
+    let clock = ManualClock::new();
+    let k = Keyed::gcra_with_clock(Quota::per_second(10).with_burst(2), 100, clock);
+    for key in 0..10u32 {
+        assert!(k.check_key(&key).is_allowed());
+        assert!(k.check_key(&key).is_allowed());
+        assert!(k.check_key(&key).is_denied());
+    }
+    assert_eq!(k.len(), 10);
+    assert!(k.check_key_n(&99, 3).is_err());
+    assert_eq!(k.len(), 10, "a request above the burst adds no key");
+}
+
+/// A key whose quota keeps changing is filed again each time; the index is merged before it
+/// holds more than twice the table, and a full table still evicts what is full.
+#[test]
+fn requota_keeps_the_index_bounded() {
+    use std::sync::atomic::AtomicU64;
+    let clock = ManualClock::new();
+    let rate = Arc::new(AtomicU64::new(1));
+    let table = {
+        let (rate, clock) = (rate.clone(), clock.clone());
+        Keyed::with_quota_fn(
+            4,
+            move |_: &u32| Quota::per_second(rate.load(Ordering::Relaxed)),
+            move |q| Gcra::with_clock(q, clock.clone()),
+        )
+    };
+    for k in 0..4u32 {
+        assert!(table.check_key(&k).is_allowed());
+    }
+    let rounds = if cfg!(miri) { 20 } else { 1000 };
+    let mut changed = 0;
+    for round in 0..rounds {
+        rate.store(round % 7 + 1, Ordering::Relaxed);
+        for k in 0..4u32 {
+            changed += usize::from(table.requota(&k, Carry::Proportional));
+        }
+    }
+    assert!(changed as u64 > 3 * rounds);
+    let filed = table.due.lock().unwrap().len();
+    assert!(filed <= 16, "{filed} entries for 4 keys");
+    // Every bucket full again after a second: a new key evicts one.
+    clock.advance(core::time::Duration::from_secs(1));
+    assert!(table.check_key(&99).is_allowed());
+    assert_eq!(table.len(), 4);
+}
+
+#[test]
+fn full_buckets_are_evicted_at_the_cap_and_come_back_fresh() {
+    let clock = ManualClock::new();
+    let k = Keyed::gcra_with_clock(Quota::per_second(10).with_burst(1), 4, clock.clone());
+    for key in 0..4u32 {
+        assert!(k.check_key(&key).is_allowed());
+    }
+    // At the cap, nothing full: a new key is refused, not admitted past the cap.
+    assert!(k.check_key(&4).is_denied());
+    assert_eq!(k.len(), 4);
+    // A period later every bucket is full again: the next new key sweeps them out.
+    clock.advance(core::time::Duration::from_millis(100));
+    k.retain_recent();
+    assert!(k.check_key(&4).is_allowed());
+    assert!(k.len() <= 4);
+    // Key 0 was evicted full: it comes back with one token, as it would have had.
+    assert!(k.check_key(&0).is_allowed());
+    assert!(k.check_key(&0).is_denied());
+}
