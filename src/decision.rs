@@ -1,6 +1,6 @@
 use core::time::Duration;
 
-use crate::token_bucket::math::BucketFigures;
+use crate::token_bucket::figures::BucketFigures;
 
 /// The answer to one check: allowed or not, and everything a `429` response needs.
 ///
@@ -562,7 +562,7 @@ fn round_up(ns: u64, resolution: u64) -> u64 {
 #[cfg(all(test, not(atomic_limiter_loom)))]
 mod tests {
     use super::*;
-    use crate::token_bucket::math::BucketFigures;
+    use crate::token_bucket::figures::BucketFigures;
 
     /// A decision is returned on every check: it stays six words (it was fourteen when the bucket's
     /// variant carried its whole parameter block, and the copies showed in the deny path).

@@ -137,7 +137,7 @@ pub use window::{FixedWindow, SlidingWindowCounter};
 #[doc(hidden)]
 pub mod fuzz_api {
     use crate::Quota;
-    use crate::token_bucket::math::BucketParams;
+    use crate::token_bucket::layout::BucketParams;
 
     /// The token bucket's word layout for `quota`: (token bits, stamp bits, cap in units).
     pub fn bucket_layout(quota: &Quota) -> (u32, u32, u64) {

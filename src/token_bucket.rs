@@ -1,6 +1,13 @@
-pub(crate) mod math;
+mod carry;
+pub(crate) mod figures;
+pub(crate) mod layout;
+#[cfg(test)]
+mod math_tests;
+mod refill;
 
-use self::math::{BucketFigures, BucketParams, Outcome};
+use self::figures::BucketFigures;
+use self::layout::BucketParams;
+use self::refill::Outcome;
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
 use crate::decision::Decision;
 use crate::limiter::Limiter;
@@ -76,7 +83,7 @@ impl Carried for TokenBucketAlgorithm {
     /// In nanoseconds: the bucket reads them as its units.
     fn carry(&self, word: u64, now: u64, to: &Self, _now_to: u64, how: Carry) -> u64 {
         let proportional = matches!(how, Carry::Proportional);
-        math::carry(word, now, &self.0, &to.0, proportional)
+        carry::carry(word, now, &self.0, &to.0, proportional)
     }
 }
 
@@ -87,7 +94,7 @@ impl Total for TokenBucketAlgorithm {
 
     /// Never past the cap, re-phased like any bucket that fills.
     fn give_back(&self, word: u64, now: u64, n: u32) -> Option<u64> {
-        math::give_back(word, now, u64::from(n) * math::UNIT, &self.0)
+        carry::give_back(word, now, u64::from(n) * layout::UNIT, &self.0)
     }
 }
 
@@ -102,7 +109,7 @@ impl Total for TokenBucketAlgorithm {
 /// | 0 to 31 | units held after the decision, plus one: never 0, so that `meta` is not either (a niche for `Option`, a reconfigurable limiter's step); for a sure refusal, the tokens asked, plus one |
 /// | 32 to 63 | units the request lacked: 0 when allowed; all ones ([`BucketAnswer::RECHECK`]) asks for a fresh reading; all ones but the lowest ([`BucketAnswer::REFUSED`]) is a sure refusal (a real lack is at most the cap, below 2^31) |
 ///
-/// A sure refusal ([`math::surely_refused`]) keeps the word it was told on in `ahead`, and its
+/// A sure refusal ([`refill::surely_refused`]) keeps the word it was told on in `ahead`, and its
 /// figures are worked out from it when the decision is built: a check that reads only the
 /// verdict drops that work with the rest of the decision it does not read.
 #[derive(Debug, Clone, Copy)]
@@ -128,7 +135,7 @@ impl BucketAnswer {
     #[inline(always)]
     fn worked_out(self, p: &BucketParams, now: u64) -> BucketAnswer {
         if self.need() == BucketAnswer::REFUSED {
-            BucketAnswer::of(math::refused(self.ahead, now, self.tokens(), p))
+            BucketAnswer::of(refill::refused(self.ahead, now, self.tokens(), p))
         } else {
             self
         }
@@ -227,10 +234,10 @@ impl Engine for TokenBucketAlgorithm {
     /// far behind the stamp on a monotonic clock may be stale: `Keep(None)` asks for a fresh one.
     #[inline(always)]
     fn step(&self, word: u64, now: u64, n: u32, reading: Reading) -> Step<BucketAnswer> {
-        if math::surely_refused(word, now, n, &self.0) {
+        if refill::surely_refused(word, now, n, &self.0) {
             return Step::Keep(BucketAnswer::refused(word, n));
         }
-        match math::decide(word, now, n, &self.0, reading) {
+        match refill::decide(word, now, n, &self.0, reading) {
             Outcome::Deny { figures } => Step::Keep(BucketAnswer::of(figures)),
             Outcome::Allow { figures, .. } if n == 0 => Step::Keep(BucketAnswer::of(figures)),
             Outcome::Allow { word, figures } => Step::Store(BucketAnswer::of(figures), word),
@@ -238,8 +245,8 @@ impl Engine for TokenBucketAlgorithm {
         }
     }
 
-    /// A denial that depends on its reading only through the tick ([`math::denial_stands`]), or
-    /// carried to a later tick ([`math::denial_carried`]).
+    /// A denial that depends on its reading only through the tick ([`refill::denial_stands`]), or
+    /// carried to a later tick ([`refill::denial_carried`]).
     #[inline(always)]
     fn answer_at(&self, answer: &BucketAnswer, made: u64, later: u64) -> Option<BucketAnswer> {
         if answer.is_allowed() || answer.is_recheck() {
@@ -247,17 +254,17 @@ impl Engine for TokenBucketAlgorithm {
         }
         // A sure refusal that is sure at the later reading too: the step's answer there.
         if answer.need() == BucketAnswer::REFUSED
-            && math::surely_refused(answer.ahead, later, answer.tokens(), &self.0)
+            && refill::surely_refused(answer.ahead, later, answer.tokens(), &self.0)
         {
             return Some(*answer);
         }
         let answer = answer.worked_out(&self.0, made);
         let held = u64::from(answer.tokens());
-        if math::denial_stands(held, made, later, &self.0) {
+        if refill::denial_stands(held, made, later, &self.0) {
             return Some(answer);
         }
         let denial = (answer.ahead, held, u64::from(answer.need()));
-        let (ahead, held, need) = math::denial_carried(denial, made, later, &self.0)?;
+        let (ahead, held, need) = refill::denial_carried(denial, made, later, &self.0)?;
         // Both below the cap, under 2^31 (`MAX_TOKEN_BITS`).
         Some(BucketAnswer::new(ahead, held as u32, need as u32))
     }

@@ -1,0 +1,159 @@
+//! [`BucketFigures`]: what a bucket decision leaves to work out, and the arithmetic that does.
+
+use super::layout::*;
+use crate::decision::Detail;
+
+/// What a decision needs to answer `remaining`, `retry_after` and `reset_after` later: the
+/// state it was made on, and the three parameters the answers use, kept small because a decision
+/// is returned on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct BucketFigures {
+    pub(crate) now_ns: u64,
+    /// Units refilled per tick ([`BucketParams::rate`]).
+    pub(crate) rate: u64,
+    /// Ticks from `now_ns`'s tick to the one refills count from (at most a stamp cycle, 2^53:
+    /// the base lies ahead of now after a step back, never behind).
+    pub(crate) ahead: u64,
+    /// Units held at the base, after this decision (at most the cap, below 2^31).
+    pub(crate) tokens: u32,
+    /// Units this request lacked: 0 when allowed, positive when refused.
+    pub(crate) need: u32,
+    /// The bucket's burst (its cap is `burst × UNIT`).
+    pub(crate) burst: u32,
+    /// log2 of the tick in ns.
+    pub(crate) shift: u8,
+}
+
+impl BucketFigures {
+    /// The figures of a decision at `now_ns` made on a base tick, the units held after it and the
+    /// units the request lacked.
+    #[inline(always)]
+    pub(super) const fn new(
+        now_ns: u64,
+        base: u128,
+        tokens: u64,
+        need: u64,
+        p: &BucketParams,
+    ) -> BucketFigures {
+        // `refilled` never puts the base behind now's tick, nor more than a cycle (2^53 ticks)
+        // ahead; saturating all the same.
+        let ahead = base.saturating_sub((now_ns >> p.shift) as u128);
+        BucketFigures {
+            now_ns,
+            rate: p.rate,
+            ahead: if ahead > u64::MAX as u128 {
+                u64::MAX
+            } else {
+                ahead as u64
+            },
+            // Both at most the cap, `burst × UNIT` < 2^31 (`MAX_TOKEN_BITS`).
+            tokens: tokens as u32,
+            need: need as u32,
+            burst: p.burst,
+            shift: p.shift as u8,
+        }
+    }
+
+    /// The absolute base tick.
+    #[inline]
+    pub(super) const fn base(&self) -> u128 {
+        (self.now_ns >> self.shift) as u128 + self.ahead as u128
+    }
+
+    pub(super) const fn cap(&self) -> u64 {
+        self.burst as u64 * UNIT
+    }
+
+    /// The figures as a decision's detail.
+    #[inline(always)]
+    pub(crate) const fn detail(self) -> Detail {
+        Detail::Bucket {
+            now_ns: self.now_ns,
+            rate: self.rate,
+            ahead: self.ahead,
+            tokens: self.tokens,
+            need: self.need,
+            burst: self.burst,
+            shift: self.shift,
+        }
+    }
+
+    pub(crate) fn remaining(&self) -> u64 {
+        u64::from(self.tokens) >> FRAC_BITS
+    }
+
+    /// Nanoseconds from `now_ns` until the refill since `base` reaches `more` units. Inlined into
+    /// the decision's accessors, so that the figures are read from the decision in place (called,
+    /// they were copied out to the stack first: 4 ns on a bucket's retry-after).
+    #[inline(always)]
+    pub(super) fn ns_until(self, more: u64) -> u64 {
+        if more == 0 {
+            return 0;
+        }
+        let base = self.base();
+        let rate = self.rate;
+        // The first tick k with floor(k × rate / 2^RATE_FRAC) >= units(base) + more: k = base +
+        // ceil((more × 2^RATE_FRAC - accrued) / rate), where `accrued` is the fraction of a unit
+        // already on the grid at `base` (the product's low bits: those of its low words).
+        let accrued = u128::from((base as u64).wrapping_mul(rate) & ((1 << RATE_FRAC) - 1));
+        let numerator = ((more as u128) << RATE_FRAC) - accrued;
+        // At most 63 (said so, the 128-bit shifts below need no test for a shift past a word).
+        let shift = u32::from(self.shift) & 63;
+        let tokens = u64::from(self.tokens);
+        // A request that needs just the cap passes as soon as the *exact* refill reaches it (see
+        // `decide`), which can be before the grid gets there, and never after: then the units
+        // missing are the numerator, and the instant is ceil(numerator × 2^shift / rate) ns past
+        // the base tick, one division (while the product fits; `exact_cap_at` splits it).
+        let at = if tokens + more == self.cap() && numerator.leading_zeros() >= shift {
+            let wide = numerator << shift;
+            (base << shift) + div_ceil_wide(wide, rate)
+        } else {
+            // Up to 2^11 units (two tokens) the numerator fits 64 bits, the common case.
+            let ticks = div_ceil_wide(numerator, rate);
+            let at = (base + ticks).checked_shl(shift).unwrap_or(u128::MAX);
+            if tokens + more >= self.cap() {
+                at.min(self.exact_cap_at(accrued))
+            } else {
+                at
+            }
+        };
+        let wait = at.saturating_sub(self.now_ns as u128);
+        u64::try_from(wait).unwrap_or(u64::MAX)
+    }
+
+    /// The first nanosecond at which the exact refill since `base` fills the bucket (never before
+    /// `base` itself, where refills start): the least `t` with
+    /// `tokens + position(t) - units(base) >= cap`, i.e. `t × rate >= (units(base) + cap - tokens)
+    /// × 2^(RATE_FRAC + shift)`, computed relative to `base` to stay inside 128 bits.
+    pub(super) fn exact_cap_at(self, accrued: u128) -> u128 {
+        let rate = self.rate as u128;
+        let shift = u32::from(self.shift);
+        // Units (fixed point) still to accrue after the base tick's own position.
+        let missing = ((self.cap() - u64::from(self.tokens)) as u128) << RATE_FRAC;
+        let missing = missing.saturating_sub(accrued);
+        // ceil(missing × 2^shift / rate), split so that no product leaves 128 bits.
+        let (q, r) = (missing / rate, missing % rate);
+        let rel = (q << shift) + ((r << shift).div_ceil(rate));
+        let base_ns = self.base() << shift;
+        base_ns + rel
+    }
+
+    #[inline]
+    pub(crate) fn wait_ns(self) -> u64 {
+        self.ns_until(u64::from(self.need))
+    }
+
+    /// Nanoseconds until one more whole token is held (0 when full).
+    pub(crate) fn next_token_ns(self) -> u64 {
+        let tokens = u64::from(self.tokens);
+        if tokens >= self.cap() {
+            return 0;
+        }
+        self.ns_until(UNIT - tokens % UNIT)
+    }
+
+    #[inline]
+    pub(crate) fn reset_ns(self) -> u64 {
+        self.ns_until(self.cap().saturating_sub(u64::from(self.tokens)))
+    }
+}
