@@ -86,6 +86,7 @@ pub mod keyed;
 mod limiter;
 mod quota;
 mod rate_limiter;
+#[cfg(feature = "std")]
 mod reconfigure;
 #[cfg(feature = "redis")]
 pub mod redis;

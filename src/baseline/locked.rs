@@ -6,7 +6,7 @@ use crate::clock::{Clock, Reading};
 use crate::decision::Decision;
 use crate::limiter::algorithm::engine::{Answer, Engine};
 use crate::limiter::algorithm::{Algorithm, Continuous};
-use crate::limiter::settle;
+use crate::limiter::retire::settle;
 use crate::quota::InsufficientCapacity;
 use crate::quota::{Quota, QuotaError};
 use crate::rate_limiter::RateLimiter;

@@ -7,7 +7,7 @@ use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
 use crate::decision::Decision;
 #[cfg(feature = "std")]
-use crate::limiter::{live, retire_word};
+use crate::limiter::retire::{live, retire_word};
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
 use crate::rate_limiter::RateLimiter;

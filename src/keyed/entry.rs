@@ -5,7 +5,7 @@ use crate::limiter::shared::KeyedLimiter;
 
 use crate::decision::Decision;
 use crate::limiter::algorithm::Carry;
-use crate::limiter::retire_word;
+use crate::limiter::retire::retire_word;
 use crate::limiter::shared::engine::KeyState;
 use crate::quota::InsufficientCapacity;
 use crate::state_cell::Step;

@@ -124,7 +124,7 @@ pub(crate) mod engine {
         /// The decision of an answer that [`Answer::is_final`].
         #[inline(always)]
         fn into_final(self, algorithm: &A, now: u64, resolution: u64) -> Decision {
-            crate::limiter::settle(self.decide(algorithm, now, resolution))
+            crate::limiter::retire::settle(self.decide(algorithm, now, resolution))
         }
     }
 

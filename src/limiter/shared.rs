@@ -1,9 +1,10 @@
 use crate::clock::{Clock, is_coarse};
 use crate::decision::Decision;
+use crate::limiter::Limiter;
 use crate::limiter::algorithm::engine::Answer;
 use crate::limiter::algorithm::{Carry, Continuous};
-use crate::limiter::is_retired;
-use crate::limiter::{Limiter, settle};
+use crate::limiter::retire::is_retired;
+use crate::limiter::retire::settle;
 use crate::rate_limiter::RateLimiter;
 use crate::state_cell::{StateCell, Step};
 use crate::sync::AtomicBool;
@@ -72,7 +73,7 @@ pub(crate) mod engine {
         /// The limiter's clock, read now, in nanoseconds.
         fn now_ns(&self) -> u64;
 
-        /// A state word taken out of use ([`crate::limiter::retire_word`], or read while the
+        /// A state word taken out of use ([`crate::limiter::retire::retire_word`], or read while the
         /// key is held exclusively) carried over to the limiter `to` (another quota) as `how`
         /// says.
         fn carried_state(&self, word: u64, to: &Self, how: Carry) -> KeyState;
