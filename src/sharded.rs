@@ -17,14 +17,10 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::decision::{Detail, count32};
 use crate::gcra::Gcra;
-use crate::limiter::Limiter;
-use crate::limiter::algorithm::Carry;
-use crate::limiter::algorithm::Continuous;
 use crate::limiter::shared::KeyedLimiter;
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
 use crate::rate_limiter::RateLimiter;
-use crate::sync::AtomicBool;
 use crate::token_bucket::TokenBucket;
 
 /// One logical quota kept in per-core shards, so that threads on different cores do not bounce one
@@ -159,6 +155,33 @@ impl<L: KeyedLimiter> Sharded<L> {
         }
     }
 
+    /// The shards, for the reconfiguration wing's live check and retirement.
+    pub(crate) fn shards(&self) -> &[CachePadded<L>] {
+        &self.shards
+    }
+
+    /// The shards of a sharded limiter no other thread can see yet.
+    pub(crate) fn shards_mut(&mut self) -> &mut [CachePadded<L>] {
+        &mut self.shards
+    }
+
+    /// The calling thread's home shard.
+    #[inline(always)]
+    pub(crate) fn home_shard(&self) -> usize {
+        home::home_slot() & self.mask
+    }
+
+    /// The largest share's burst: a request above it can only be gathered.
+    #[inline(always)]
+    pub(crate) fn max_share(&self) -> u32 {
+        self.max_share
+    }
+
+    /// The shard count first asked for (more than made when the quota could not be split that far).
+    pub(crate) fn wanted(&self) -> usize {
+        self.wanted
+    }
+
     /// The shard count the default constructors ask for: the available parallelism, rounded up to
     /// a power of two (fewer are made when the quota cannot be split that far).
     pub fn default_shard_count() -> usize {
@@ -221,7 +244,7 @@ impl<L: KeyedLimiter> Sharded<L> {
     /// copy that stalls on forwarding the decision's narrower stores).
     #[cold]
     #[inline(never)]
-    fn slow<R>(
+    pub(crate) fn slow<R>(
         &self,
         home: usize,
         n: u32,
@@ -374,135 +397,6 @@ impl<L: KeyedLimiter> Sharded<L> {
             Ok(d) if d.is_allowed() => d,
             local => self.slow(home, n, local.ok(), |l, n| Ok(broken(l, n)), |d| d),
         }
-    }
-}
-
-impl<A: Continuous, C: Clock + Send + Sync> Sharded<Limiter<A, C>> {
-    /// The check of a sharded limiter that a reconfiguration may retire, for `n <= burst`:
-    /// `None` once a shard it asks finds `retired` set (the caller moves to the limiter that
-    /// replaced this one), unless it was admitted meanwhile, on words no change had taken yet. A
-    /// gather interrupted by the change gives back what it took to words the change may already
-    /// have carried over: those tokens count as spent (fewer admissions, never more).
-    #[inline]
-    pub(crate) fn check_n_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
-        let home = home::home_slot() & self.mask;
-        // The home shard alone, as the plain check's fast path: a request it serves is answered
-        // here, and one found retired moves on.
-        let local = if n <= self.max_share && n <= self.shards[home].quota().burst() {
-            let d = self.shards[home].check_live(n, retired)?;
-            if d.is_allowed() {
-                return Some(d);
-            }
-            Some(d)
-        } else {
-            None
-        };
-        self.slow_live(home, n, local, retired, |d| d)
-    }
-
-    /// [`Sharded::check_n_live`] for one token, as the plain [`Sharded::check`]: one token never
-    /// exceeds a share's burst, so the home shard is asked first with nothing to compare. Found
-    /// retired, it answers `again()` (the check on the limiter that replaced this one): so the
-    /// decision is made where it is returned, never built and then copied out of an `Option`.
-    #[inline(always)]
-    pub(crate) fn check_one_or(
-        &self,
-        retired: &AtomicBool,
-        again: impl FnOnce() -> Decision,
-    ) -> Decision {
-        let home = home::home_slot() & self.mask;
-        let Some(d) = self.shards[home].check_live(1, retired) else {
-            return again();
-        };
-        if d.is_allowed() {
-            return d;
-        }
-        self.slow_live(home, 1, Some(d), retired, |d| d.unwrap_or_else(again))
-    }
-
-    /// The cold path of [`Sharded::check_n_live`]: the other shards, then a gather; the decision
-    /// (`None` when a shard was found retired) answered through `finish`.
-    #[cold]
-    #[inline(never)]
-    fn slow_live<R>(
-        &self,
-        home: usize,
-        n: u32,
-        local: Option<Decision>,
-        retired: &AtomicBool,
-        finish: impl FnOnce(Option<Decision>) -> R,
-    ) -> R {
-        let gone = core::cell::Cell::new(false);
-        let check = |l: &Limiter<A, C>, n: u32| {
-            InsufficientCapacity::check(n, l.quota().burst())?;
-            l.check_live(n, retired).ok_or_else(|| {
-                gone.set(true);
-                InsufficientCapacity {
-                    requested: n,
-                    burst: 0,
-                }
-            })
-        };
-        // A refusal made after a shard was found retired may have missed tokens in the cell that
-        // replaced this one: made again there.
-        self.slow(home, n, local, check, |d| {
-            finish((d.is_allowed() || !gone.get()).then_some(d))
-        })
-    }
-
-    /// Takes every shard's word out of use (`retired` set first) and carries what they held into
-    /// `new`, which no other thread can see yet; `retire` is false only in the loom models' twin.
-    ///
-    /// With as many shards on both sides, shard `i` carries into shard `i` (each share changes
-    /// as the quota does). Otherwise every new shard takes the emptiest of what each old shard
-    /// carries into it (full again last): never fuller than any old shard was.
-    pub(crate) fn retire_into(
-        &self,
-        retired: &AtomicBool,
-        new: &mut Sharded<Limiter<A, C>>,
-        carry: Carry,
-        retire: bool,
-        at: u64,
-    ) {
-        let words: Vec<u64> = self
-            .shards
-            .iter()
-            .map(|shard| shard.retire_or_read(retired, retire))
-            .collect();
-        let same = new.shards.len() == self.shards.len();
-        for (j, to) in new.shards.iter_mut().enumerate() {
-            let word = if same {
-                self.shards[j].carried_word(words[j], to, at, carry)
-            } else {
-                let mut emptiest = (core::time::Duration::ZERO, to.full_word());
-                for (from, &word) in self.shards.iter().zip(words.iter()) {
-                    let word = from.carried_word(word, to, at, carry);
-                    let reset = to.reset_of(word, at);
-                    if reset >= emptiest.0 {
-                        emptiest = (reset, word);
-                    }
-                }
-                emptiest.1
-            };
-            to.set_word(word);
-        }
-    }
-
-    /// The shards' clock, read now.
-    pub(crate) fn clock_now(&self) -> u64 {
-        self.shards[0].clock().now()
-    }
-
-    /// The quota the shards were asked for and the clock they read, for a quota that replaces
-    /// this one.
-    pub(crate) fn rebuilt(&self, quota: Quota) -> Sharded<Limiter<A, C>>
-    where
-        C: Clone,
-    {
-        let clock = self.shards[0].clock();
-        Sharded::new(quota, self.wanted, |q| {
-            Limiter::continuous(q, clock.clone())
-        })
     }
 }
 

@@ -6,14 +6,10 @@ use super::reservation::{Reservation, ReservationGuard};
 use crate::clock::DefaultClock;
 use crate::clock::{Clock, DefaultClockOrNone, is_coarse};
 use crate::decision::Decision;
-#[cfg(feature = "std")]
-use crate::limiter::retire::{live, retire_word};
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
 use crate::rate_limiter::RateLimiter;
 use crate::state_cell::{StateCell, Step};
-#[cfg(feature = "std")]
-use crate::sync::AtomicBool;
 
 /// The leaky bucket as a **queue**: it spaces requests at the quota's pace instead of refusing
 /// them. Each caller reserves the next free slot with one compare-and-swap and learns how long to
@@ -107,7 +103,7 @@ impl<C: Clock> Throttle<C> {
 
     /// What a reservation of `n` holds, from its step's answer (the wait and the slot's end, or
     /// the wait it would have taken): when to go, its cost and its end; or the error.
-    fn slot(
+    pub(crate) fn slot(
         &self,
         n: u32,
         answer: Result<(u64, u64), u64>,
@@ -120,7 +116,7 @@ impl<C: Clock> Throttle<C> {
 
     /// The reservation step at `now` (GCRA units), as `StateCell` runs it: the wait and the next
     /// free slot left behind, or how far off the refused slot was.
-    fn reserve_step(
+    pub(crate) fn reserve_step(
         &self,
         now: u64,
         n: u32,
@@ -152,7 +148,7 @@ impl<C: Clock> Throttle<C> {
         self.tat.update(Self::refund_latest_step(now, end, cost))
     }
 
-    fn refund_latest_step(now: u64, end: u64, cost: u64) -> impl Fn(u64) -> Step<bool> {
+    pub(crate) fn refund_latest_step(now: u64, end: u64, cost: u64) -> impl Fn(u64) -> Step<bool> {
         move |tat| match math::refund_latest(tat, now, end, cost) {
             Some(new) => Step::Store(true, new),
             None => Step::Keep(false),
@@ -192,72 +188,20 @@ impl<C: Clock> Throttle<C> {
         &self.clock
     }
 
-    /// [`Throttle::reserve_n`] on a throttle that a reconfiguration may retire: `None` once
-    /// `retired` is set, else the slot's wait, cost and end (for the reservation to build).
-    #[cfg(feature = "std")]
-    pub(crate) fn reserve_live(
-        &self,
-        n: u32,
-        max_wait: Duration,
-        retired: &AtomicBool,
-    ) -> Option<Result<(Duration, u64, u64), ThrottleError>> {
-        if let Err(e) = self.params.within_burst(n) {
-            return Some(Err(e));
-        }
-        let now = self.params.units(self.clock.now());
-        let max = self.params.queue_limit(max_wait);
-        let answer = self
-            .tat
-            .update(live(retired, self.reserve_step(now, n, max)))?;
-        Some(self.slot(n, answer))
+    /// The GCRA parameters of its quota, for the reconfiguration wing.
+    pub(crate) fn params(&self) -> &GcraParams {
+        &self.params
     }
 
-    /// [`Throttle::refund_latest`] on a throttle that a reconfiguration may retire: `None` once
-    /// `retired` is set.
-    #[cfg(feature = "std")]
-    pub(crate) fn refund_latest_live(
-        &self,
-        end: u64,
-        cost: u64,
-        retired: &AtomicBool,
-    ) -> Option<bool> {
-        let now = self.params.units(self.clock.now());
-        self.tat
-            .update(live(retired, Self::refund_latest_step(now, end, cost)))
+    /// Its state word (the next free slot), for the reconfiguration wing.
+    pub(crate) fn tat(&self) -> &StateCell {
+        &self.tat
     }
 
-    /// The check of a throttle that a reconfiguration may retire, for `n <= burst`: `None` once
-    /// `retired` is set.
+    /// Replaces the state word of a throttle no other thread can see yet.
     #[cfg(feature = "std")]
-    #[inline(always)]
-    pub(crate) fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
-        let meter = |now| {
-            self.tat
-                .update(live(retired, |tat| math::meter(tat, now, n, &self.params)))
-        };
-        let mut metered = meter(self.params.units(self.clock.now()))?;
-        if !metered.is_allowed() && is_coarse(&self.clock) {
-            // A denial on a coarse reading: decided again on a fresh one.
-            metered = meter(self.params.units(self.clock.now_fresh()))?;
-        }
-        Some(metered.decision(&self.params, self.clock.resolution()))
-    }
-
-    /// Takes the TAT out of use (`retired` set first, then the word changed by a CAS) and carries
-    /// it into `new`, which no other thread can see yet: the queue of granted reservations is
-    /// kept as time whichever the carry ([`math::carry_queue`]).
-    #[cfg(feature = "std")]
-    pub(crate) fn retire_into(
-        &self,
-        retired: &AtomicBool,
-        new: &mut Throttle<C>,
-        proportional: bool,
-        at: u64,
-    ) {
-        let tat = retire_word(&self.tat, retired);
-        let (now, now_to) = (self.params.units(at), new.params.units(at));
-        let carried = math::carry_queue(tat, now, &self.params, now_to, &new.params, proportional);
-        new.tat = StateCell::new(carried);
+    pub(crate) fn set_tat(&mut self, tat: u64) {
+        self.tat = StateCell::new(tat);
     }
 
     /// For the loom models' teeth: `reserve_n` with the CAS replaced by a load and a store.

@@ -8,10 +8,13 @@ use crate::clock::Clock;
 #[cfg(feature = "quanta")]
 use crate::clock::DefaultClock;
 use crate::clock::DefaultClockOrNone;
+use crate::clock::is_coarse;
 use crate::decision::Decision;
+use crate::gcra::math as gcra_math;
 use crate::gcra::reservation::{Refund, Reservation, ReservationGuard};
 use crate::gcra::throttle::{Throttle, ThrottleError};
 use crate::limiter::algorithm::Carry;
+use crate::limiter::retire::{live, retire_word};
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
 use crate::rate_limiter::RateLimiter;
@@ -50,6 +53,79 @@ impl<C: Clock> Content for Throttle<C> {
         );
         let proportional = matches!(carry, Carry::Proportional);
         Throttle::retire_into(self, retired, new, proportional, at);
+    }
+}
+
+/// The hooks of a throttle in a cell: its live reservation, refund and check, and its
+/// retirement, over the throttle's crate-private accessors.
+impl<C: Clock> Throttle<C> {
+    /// [`Throttle::reserve_n`] on a throttle that a reconfiguration may retire: `None` once
+    /// `retired` is set, else the slot's wait, cost and end (for the reservation to build).
+    fn reserve_live(
+        &self,
+        n: u32,
+        max_wait: Duration,
+        retired: &AtomicBool,
+    ) -> Option<Result<(Duration, u64, u64), ThrottleError>> {
+        if let Err(e) = self.params().within_burst(n) {
+            return Some(Err(e));
+        }
+        let now = self.params().units(self.clock().now());
+        let max = self.params().queue_limit(max_wait);
+        let answer = self
+            .tat()
+            .update(live(retired, self.reserve_step(now, n, max)))?;
+        Some(self.slot(n, answer))
+    }
+
+    /// [`Throttle::refund_latest`] on a throttle that a reconfiguration may retire: `None` once
+    /// `retired` is set.
+    fn refund_latest_live(&self, end: u64, cost: u64, retired: &AtomicBool) -> Option<bool> {
+        let now = self.params().units(self.clock().now());
+        self.tat().update(live(
+            retired,
+            Throttle::<C>::refund_latest_step(now, end, cost),
+        ))
+    }
+
+    /// The check of a throttle that a reconfiguration may retire, for `n <= burst`: `None` once
+    /// `retired` is set.
+    #[inline(always)]
+    fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
+        let meter = |now| {
+            self.tat().update(live(retired, |tat| {
+                gcra_math::meter(tat, now, n, &self.params())
+            }))
+        };
+        let mut metered = meter(self.params().units(self.clock().now()))?;
+        if !metered.is_allowed() && is_coarse(self.clock()) {
+            // A denial on a coarse reading: decided again on a fresh one.
+            metered = meter(self.params().units(self.clock().now_fresh()))?;
+        }
+        Some(metered.decision(&self.params(), self.clock().resolution()))
+    }
+
+    /// Takes the TAT out of use (`retired` set first, then the word changed by a CAS) and carries
+    /// it into `new`, which no other thread can see yet: the queue of granted reservations is
+    /// kept as time whichever the carry ([`gcra_math::carry_queue`]).
+    fn retire_into(
+        &self,
+        retired: &AtomicBool,
+        new: &mut Throttle<C>,
+        proportional: bool,
+        at: u64,
+    ) {
+        let tat = retire_word(self.tat(), retired);
+        let (now, now_to) = (self.params().units(at), new.params().units(at));
+        let carried = gcra_math::carry_queue(
+            tat,
+            now,
+            &self.params(),
+            now_to,
+            &new.params(),
+            proportional,
+        );
+        new.set_tat(carried);
     }
 }
 
