@@ -63,18 +63,23 @@
 
 mod backend;
 mod fields;
+mod future;
 mod key;
+mod layer;
+mod policy;
 mod service;
 
 pub use self::backend::{Backend, Checked};
 #[cfg(feature = "redis")]
 pub use self::backend::{StoreFuture, Subject};
 pub use self::fields::Headers;
+pub use self::future::ResponseFuture;
 pub use self::key::{
     ForwardedIp, GlobalKey, HeaderKey, IpKey, KeyError, KeyExtractor, PeerIp, ProxyHeader,
     RequestHead,
 };
-pub use self::service::{RateLimitLayer, RateLimitLayerBuilder, RateLimitService, ResponseFuture};
+pub use self::layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use self::service::RateLimitService;
 pub use ipnet::IpNet;
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
-//! One limiter per key, with bounded memory: [`Keyed`] and [`KeyQuotas`] (at the crate root), and
+//! One limiter per key, with bounded memory: [`Keyed`](crate::Keyed) and [`KeyQuotas`](crate::KeyQuotas) (at the crate root), and
 //! what a custom store needs: the store trait ([`KeyedStore`]), the entry it holds ([`KeyEntry`])
 //! and the default hasher ([`KeyHasher`]).
 //!
 //! | room | what it holds |
 //! |---|---|
-//! | `table` | [`Keyed`]: the table, its constructors and the check path |
+//! | `table` | [`Keyed`](crate::Keyed): the table, its constructors and the check path |
 //! | `entry` | [`KeyEntry`]: one key's state word and its limiter |
-//! | `quotas` | [`KeyQuotas`]: one quota or a function of the key; changes at run time |
+//! | `quotas` | [`KeyQuotas`](crate::KeyQuotas): one quota or a function of the key; changes at run time |
 //! | `evict` | bounded memory: places, and the full buckets evicted at the cap |
 //! | `due` | the eviction index: held keys by when their bucket is full again |
 //! | `store` | the store contract ([`KeyedStore`]) and the default store |

@@ -22,7 +22,6 @@ use crate::quota::InsufficientCapacity;
 use crate::quota::{Quota, QuotaError};
 use crate::rate_limiter::RateLimiter;
 use crate::state_cell::{StateCell, Step};
-#[cfg(feature = "std")]
 
 /// A lock-free limiter: one `AtomicU64` of state, changed only by a compare-and-swap, running the
 /// algorithm `A` on the clock `C`.

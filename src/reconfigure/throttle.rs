@@ -94,7 +94,7 @@ impl<C: Clock> Throttle<C> {
     fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
         let meter = |now| {
             self.tat().update(live(retired, |tat| {
-                gcra_math::meter(tat, now, n, &self.params())
+                gcra_math::meter(tat, now, n, self.params())
             }))
         };
         let mut metered = meter(self.params().units(self.clock().now()))?;
@@ -102,7 +102,7 @@ impl<C: Clock> Throttle<C> {
             // A denial on a coarse reading: decided again on a fresh one.
             metered = meter(self.params().units(self.clock().now_fresh()))?;
         }
-        Some(metered.decision(&self.params(), self.clock().resolution()))
+        Some(metered.decision(self.params(), self.clock().resolution()))
     }
 
     /// Takes the TAT out of use (`retired` set first, then the word changed by a CAS) and carries
@@ -117,14 +117,8 @@ impl<C: Clock> Throttle<C> {
     ) {
         let tat = retire_word(self.tat(), retired);
         let (now, now_to) = (self.params().units(at), new.params().units(at));
-        let carried = gcra_math::carry_queue(
-            tat,
-            now,
-            &self.params(),
-            now_to,
-            &new.params(),
-            proportional,
-        );
+        let carried =
+            gcra_math::carry_queue(tat, now, self.params(), now_to, new.params(), proportional);
         new.set_tat(carried);
     }
 }

@@ -1,0 +1,189 @@
+//! [`RateLimitLayer`] and its builder: what every clone of the layer and its services shares.
+
+use super::service::*;
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use core::time::Duration;
+
+use tower_layer::Layer;
+
+use super::backend::Backend;
+use super::fields::{Headers, PolicyName};
+use super::key::{KeyExtractor, RequestHead};
+use crate::sync::AtomicUsize;
+
+pub(super) type CostFn = Box<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
+
+/// What every clone of the layer and its services shares.
+pub(super) struct Config<X, Be> {
+    pub(super) extractor: X,
+    pub(super) backend: Be,
+    pub(super) cost: Option<CostFn>,
+    pub(super) headers: Headers,
+    pub(super) on_allowed: bool,
+    pub(super) problem: bool,
+    pub(super) shadow: bool,
+    #[cfg(feature = "metrics")]
+    pub(super) metrics: Option<crate::instrument::LimiterMetrics>,
+    pub(super) policy: Arc<PolicyName>,
+    pub(super) delay: Option<Duration>,
+    pub(super) max_waiting: usize,
+    /// Requests asleep in the delay mode now.
+    pub(super) waiting: AtomicUsize,
+}
+
+/// Builds a [`RateLimitLayer`]: the key, the backend, and how answers are written.
+pub struct RateLimitLayerBuilder<X, Be> {
+    pub(super) config: Config<X, Be>,
+}
+
+impl<X, Be> core::fmt::Debug for RateLimitLayerBuilder<X, Be> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RateLimitLayerBuilder")
+            .finish_non_exhaustive()
+    }
+}
+
+impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayerBuilder<X, Be> {
+    /// Which rate-limit fields responses carry ([`Headers::Ietf`] by default).
+    pub fn headers(mut self, headers: Headers) -> Self {
+        self.config.headers = headers;
+        self
+    }
+
+    /// Whether admitted responses carry the rate-limit fields too (refusals always do); off by
+    /// default.
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.config.on_allowed = on;
+        self
+    }
+
+    /// Whether refusals carry an `application/problem+json` body (RFC 9457, with the draft's
+    /// `quota-exceeded` and `temporary-reduced-capacity` types); off by default (empty body).
+    pub fn problem_json(mut self, on: bool) -> Self {
+        self.config.problem = on;
+        self
+    }
+
+    /// Shadow mode (off by default): every request is decided and counted as usual, and then let
+    /// through, refusals included (as are requests whose key cannot be read, and those above the
+    /// burst); nothing waits in the delay mode. With [`headers_on_allowed`](Self::headers_on_allowed)
+    /// the responses carry the fields the limit would give, so a new limit can be watched from
+    /// the client side before it is enforced.
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.config.shadow = on;
+        self
+    }
+
+    /// Counts every decision the layer acts on in `metrics` (feature `metrics`): admitted,
+    /// near the limit, refused, a full table, shadowed. A Redis backend counts its own decisions
+    /// when its options have counters: give them to one of the two, not both.
+    #[cfg(feature = "metrics")]
+    pub fn metrics(mut self, metrics: crate::instrument::LimiterMetrics) -> Self {
+        self.config.metrics = Some(metrics);
+        self
+    }
+
+    /// The policy's name in the `RateLimit` fields (`"default"` by default). Characters outside
+    /// printable ASCII are dropped, so the fields always parse.
+    pub fn policy_name(mut self, name: &str) -> Self {
+        self.config.policy = Arc::new(PolicyName::new(name));
+        self
+    }
+
+    /// The tokens a request costs (1 by default; 0 lets it through without spending).
+    pub fn cost(mut self, cost: impl Fn(&RequestHead<'_>) -> u32 + Send + Sync + 'static) -> Self {
+        self.config.cost = Some(Box::new(cost));
+        self
+    }
+
+    /// Waits up to `max_wait` for the quota instead of refusing at once: a refused request sleeps
+    /// its retry-after and asks again, and is refused only when the next sleep would pass the
+    /// bound. Nothing is taken while it waits, so a request dropped meanwhile (the client went
+    /// away) leaves the quota as it was. Needs a tokio runtime (outside one, it refuses at once).
+    pub fn delay_up_to(mut self, max_wait: Duration) -> Self {
+        self.config.delay = Some(max_wait);
+        self
+    }
+
+    /// At most this many requests wait at once in the delay mode (1 024 by default); past it, a
+    /// request is refused at once, so that a flood of them cannot pile up asleep.
+    pub fn max_waiting(mut self, requests: usize) -> Self {
+        self.config.max_waiting = requests;
+        self
+    }
+
+    /// The layer.
+    pub fn build(self) -> RateLimitLayer<X, Be> {
+        RateLimitLayer {
+            config: Arc::new(self.config),
+        }
+    }
+}
+
+/// A [`Layer`] that rate-limits each request by its key: admitted requests go through untouched,
+/// refused ones get `429 Too Many Requests` with `Retry-After` and the rate-limit fields; a full
+/// key table, or a store that is down under a fail-closed policy, gets `503`.
+///
+/// Cheap to clone (the state is shared); its services are always ready when the inner one is.
+pub struct RateLimitLayer<X, Be> {
+    pub(super) config: Arc<Config<X, Be>>,
+}
+
+impl<X, Be> Clone for RateLimitLayer<X, Be> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            config: self.config.clone(),
+        }
+    }
+}
+
+impl<X, Be> core::fmt::Debug for RateLimitLayer<X, Be> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RateLimitLayer").finish_non_exhaustive()
+    }
+}
+
+impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayer<X, Be> {
+    /// A layer with the defaults: IETF fields on refusals, empty bodies, no delay, cost 1.
+    pub fn new(extractor: X, backend: Be) -> RateLimitLayer<X, Be> {
+        RateLimitLayer::builder(extractor, backend).build()
+    }
+
+    /// A builder, for the settings.
+    pub fn builder(extractor: X, backend: Be) -> RateLimitLayerBuilder<X, Be> {
+        RateLimitLayerBuilder {
+            config: Config {
+                extractor,
+                backend,
+                cost: None,
+                headers: Headers::Ietf,
+                on_allowed: false,
+                problem: false,
+                shadow: false,
+                #[cfg(feature = "metrics")]
+                metrics: None,
+                policy: Arc::new(PolicyName::new("default")),
+                delay: None,
+                max_waiting: 1024,
+                waiting: AtomicUsize::new(0),
+            },
+        }
+    }
+
+    /// The backend, to inspect (a [`Keyed`](crate::Keyed) table's size, say).
+    pub fn backend(&self) -> &Be {
+        &self.config.backend
+    }
+}
+
+impl<S, X, Be> Layer<S> for RateLimitLayer<X, Be> {
+    type Service = RateLimitService<S, X, Be>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
