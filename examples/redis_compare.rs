@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use atomic_limiter::redis::{LeaseOptions, Leased, RedisGcra, RedisOptions, RedisStore};
 use atomic_limiter::{Gcra, Quota};
 
-#[path = "../src/redis/test_server.rs"]
+#[path = "../tests/common/redis_server.rs"]
 mod redis_server;
 #[path = "../benches/common/stats.rs"]
 mod stats;

@@ -14,7 +14,7 @@ use atomic_limiter::Quota;
 use atomic_limiter::redis::{RedisGcra, RedisOptions, RedisStore, TlsOptions};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
-#[path = "../src/redis/test_server.rs"]
+#[path = "../tests/common/redis_server.rs"]
 mod redis_server;
 #[path = "../benches/common/stats.rs"]
 mod stats;

@@ -267,7 +267,7 @@ async fn under_load_the_admitted_rate_is_the_quota() {
 }
 
 #[cfg(feature = "redis")]
-#[path = "../src/redis/test_server.rs"]
+#[path = "common/redis_server.rs"]
 mod redis_server;
 
 /// The Redis limiters behind the same layer: one quota per client address across nodes

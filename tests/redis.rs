@@ -15,7 +15,7 @@ use atomic_limiter::redis::{
 };
 use atomic_limiter::{Carry, DecidedBy, Quota};
 
-#[path = "../src/redis/test_server.rs"]
+#[path = "common/redis_server.rs"]
 mod redis_server;
 
 #[path = "common/host_stalls.rs"]

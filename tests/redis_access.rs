@@ -15,7 +15,7 @@ use atomic_limiter::redis::{
 use atomic_limiter::{DecidedBy, Quota};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
-#[path = "../src/redis/test_server.rs"]
+#[path = "common/redis_server.rs"]
 mod redis_server;
 use redis_server::{RedisCluster, RedisServer, free_port};
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use atomic_limiter::redis::{LeaseOptions, Leased, RedisGcra, RedisOptions, RedisStore};
 use atomic_limiter::{DecidedBy, Quota};
 
-#[path = "../src/redis/test_server.rs"]
+#[path = "common/redis_server.rs"]
 mod redis_server;
 use redis_server::{RedisCluster, RedisServer};
 

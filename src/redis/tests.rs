@@ -10,7 +10,7 @@ use crate::clock::ManualClock;
 use crate::gcra::Gcra;
 use crate::quota::Quota;
 
-#[path = "test_server.rs"]
+#[path = "../../tests/common/redis_server.rs"]
 mod redis_server;
 
 /// Microseconds since the Unix epoch, around late 2026: the magnitude the script sees from `TIME`.
