@@ -80,7 +80,6 @@ pub use self::key::{
 };
 pub use self::layer::{RateLimitLayer, RateLimitLayerBuilder};
 pub use self::service::RateLimitService;
-pub use ipnet::IpNet;
 
 #[cfg(test)]
 mod tests;

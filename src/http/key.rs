@@ -282,8 +282,8 @@ pub struct ForwardedIp {
 }
 
 impl ForwardedIp {
-    /// The client behind the proxies in `trusted` (their address ranges), from
-    /// `X-Forwarded-For`, IPv6 grouped by `/64`.
+    /// The client behind the proxies in `trusted` (their address ranges, as the `ipnet` crate's
+    /// `IpNet`: `"10.0.0.0/8".parse()`), from `X-Forwarded-For`, IPv6 grouped by `/64`.
     pub fn new(trusted: impl IntoIterator<Item = IpNet>) -> ForwardedIp {
         ForwardedIp {
             trusted: trusted.into_iter().collect(),
