@@ -1,6 +1,10 @@
 use core::time::Duration;
 
-use crate::token_bucket::figures::BucketFigures;
+pub(crate) mod bucket;
+pub(crate) mod time;
+
+use self::bucket::BucketFigures;
+use self::time::TimeFigures;
 
 /// The answer to one check: allowed or not, and everything a `429` response needs.
 ///
@@ -90,31 +94,10 @@ enum Kind {
 /// The raw figures each algorithm leaves behind, turned into durations on demand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Detail {
-    /// GCRA-style figures, in units of `1 / scale` ns.
-    Time {
-        /// Time until the limiter is full again, after this decision.
-        after: u64,
-        /// Time until this request would pass (0 when allowed).
-        wait: u64,
-        /// Time one token takes to return.
-        token: u64,
-        /// The most tokens the limiter holds (a drained one fills in `burst × token`).
-        burst: u32,
-        /// Units per nanosecond (at most 128).
-        scale: u8,
-    },
-    /// The packed token bucket's figures ([`BucketFigures`], spelled out so that the variant's
-    /// tag fits in the padding after them: a decision is returned on the hot path).
-    Bucket {
-        now_ns: u64,
-        rate: u64,
-        ahead: u64,
-        tokens: u32,
-        /// Units the request lacked (0 when allowed).
-        need: u32,
-        burst: u32,
-        shift: u8,
-    },
+    /// GCRA's figures, in its units.
+    Time(TimeFigures),
+    /// The packed token bucket's figures.
+    Bucket(BucketFigures),
     /// Figures already computed, in whole tokens and nanoseconds (windows, mutex baselines, a
     /// gather across shards).
     Eager {
@@ -141,28 +124,9 @@ impl Decision {
     /// A decision from the figures (packed flat; [`Decision::detail`] unpacks them).
     #[inline(always)]
     pub(crate) const fn new(allowed: bool, resolution: u64, detail: Detail) -> Decision {
-        let (kind, words, counts, small) = match detail {
-            Detail::Time {
-                after,
-                wait,
-                token,
-                burst,
-                scale,
-            } => (Kind::Time, [after, wait, token], [burst, 0, 0], scale),
-            Detail::Bucket {
-                now_ns,
-                rate,
-                ahead,
-                tokens,
-                need,
-                burst,
-                shift,
-            } => (
-                Kind::Bucket,
-                [now_ns, rate, ahead],
-                [tokens, need, burst],
-                shift,
-            ),
+        let (kind, (words, counts, small)) = match detail {
+            Detail::Time(figures) => (Kind::Time, figures.flat()),
+            Detail::Bucket(figures) => (Kind::Bucket, figures.flat()),
             Detail::Eager {
                 retry_ns,
                 reset_ns,
@@ -170,12 +134,10 @@ impl Decision {
                 limit,
             } => (
                 Kind::Eager,
-                [retry_ns, reset_ns, 0],
-                [remaining, limit, 0],
-                0,
+                ([retry_ns, reset_ns, 0], [remaining, limit, 0], 0),
             ),
             Detail::TableFull { retry_ns, limit } => {
-                (Kind::TableFull, [retry_ns, 0, 0], [limit, 0, 0], 0)
+                (Kind::TableFull, ([retry_ns, 0, 0], [limit, 0, 0], 0))
             }
         };
         Decision {
@@ -268,25 +230,15 @@ impl Decision {
     /// The figures, unpacked.
     #[inline]
     const fn detail(&self) -> Detail {
-        let [w0, w1, w2] = self.words;
-        let [c0, c1, c2] = self.counts;
+        let [w0, w1, _] = self.words;
+        let [c0, c1, _] = self.counts;
         match self.kind {
-            Kind::Time => Detail::Time {
-                after: w0,
-                wait: w1,
-                token: w2,
-                burst: c0,
-                scale: self.small,
-            },
-            Kind::Bucket => Detail::Bucket {
-                now_ns: w0,
-                rate: w1,
-                ahead: w2,
-                tokens: c0,
-                need: c1,
-                burst: c2,
-                shift: self.small,
-            },
+            Kind::Time => Detail::Time(TimeFigures::from_flat(self.words, self.counts, self.small)),
+            Kind::Bucket => Detail::Bucket(BucketFigures::from_flat(
+                self.words,
+                self.counts,
+                self.small,
+            )),
             Kind::Eager => Detail::Eager {
                 retry_ns: w0,
                 reset_ns: w1,
@@ -324,18 +276,13 @@ impl Decision {
     /// The bucket's figures, when this is a bucket's decision (only then asked).
     #[inline]
     fn bucket(&self) -> BucketFigures {
-        // The words and counts as `Decision::new` laid a bucket's figures out.
-        let [now_ns, rate, ahead] = self.words;
-        let [tokens, need, burst] = self.counts;
-        BucketFigures {
-            now_ns,
-            rate,
-            ahead,
-            tokens,
-            need,
-            burst,
-            shift: self.small,
-        }
+        BucketFigures::from_flat(self.words, self.counts, self.small)
+    }
+
+    /// GCRA's figures, when this is a GCRA decision (only then asked).
+    #[inline(always)]
+    fn time(&self) -> TimeFigures {
+        TimeFigures::from_flat(self.words, self.counts, self.small)
     }
 
     /// A bucket's wait, out of line: the bucket's arithmetic needs many registers, and inlined
@@ -354,13 +301,8 @@ impl Decision {
     /// Whole tokens left after this decision.
     pub fn remaining(&self) -> u64 {
         match self.detail() {
-            Detail::Time {
-                after,
-                token,
-                burst,
-                ..
-            } => (u64::from(burst) * token).saturating_sub(after) / token,
-            Detail::Bucket { .. } => self.bucket().remaining(),
+            Detail::Time(figures) => figures.remaining(),
+            Detail::Bucket(figures) => figures.remaining(),
             Detail::Eager { remaining, .. } => u64::from(remaining),
             Detail::TableFull { .. } => 0,
         }
@@ -377,7 +319,7 @@ impl Decision {
         }
         // Read straight from the fields (see `Decision::new`): this is on a refusal's path.
         let ns = match self.kind {
-            Kind::Time => units_to_ns(self.words[1], u64::from(self.small)),
+            Kind::Time => self.time().wait_ns(),
             Kind::Bucket => self.bucket_wait_ns(),
             Kind::Eager | Kind::TableFull => self.words[0],
         };
@@ -388,8 +330,8 @@ impl Decision {
     /// (for a `RateLimit-Limit`-style header).
     pub fn limit(&self) -> u64 {
         match self.detail() {
-            Detail::Time { burst, .. } => u64::from(burst),
-            Detail::Bucket { burst, .. } => u64::from(burst),
+            Detail::Time(figures) => u64::from(figures.burst),
+            Detail::Bucket(figures) => u64::from(figures.burst),
             Detail::Eager { limit, .. } | Detail::TableFull { limit, .. } => u64::from(limit),
         }
     }
@@ -434,25 +376,8 @@ impl Decision {
     /// ```
     pub fn next_token_after(&self) -> Duration {
         let ns = match self.detail() {
-            Detail::Time {
-                after,
-                token,
-                burst,
-                scale,
-                ..
-            } => {
-                let full = u64::from(burst).saturating_mul(token);
-                if after == 0 || token == 0 {
-                    0
-                } else {
-                    // `remaining` whole tokens are held; one more is, once the debt falls to
-                    // `(burst - remaining - 1)` tokens' worth.
-                    let remaining = full.saturating_sub(after) / token;
-                    let keep = u64::from(burst).saturating_sub(remaining + 1) * token;
-                    units_to_ns(after.saturating_sub(keep), u64::from(scale))
-                }
-            }
-            Detail::Bucket { .. } => self.bucket().next_token_ns(),
+            Detail::Time(figures) => figures.next_token_ns(),
+            Detail::Bucket(figures) => figures.next_token_ns(),
             Detail::Eager {
                 retry_ns,
                 reset_ns,
@@ -476,7 +401,7 @@ impl Decision {
     /// resolution.
     pub fn reset_after(&self) -> Duration {
         let ns = match self.kind {
-            Kind::Time => units_to_ns(self.words[0], u64::from(self.small)),
+            Kind::Time => self.time().reset_ns(),
             Kind::Bucket => self.bucket_reset_ns(),
             Kind::Eager => self.words[1],
             Kind::TableFull => self.words[0],
@@ -536,16 +461,6 @@ impl core::fmt::Display for Decision {
     }
 }
 
-/// GCRA units to whole nanoseconds, rounded up; no division for whole-nanosecond periods.
-#[inline]
-fn units_to_ns(units: u64, scale: u64) -> u64 {
-    if scale == 1 {
-        units
-    } else {
-        units.div_ceil(scale)
-    }
-}
-
 /// Rounds a wait up so that a clock of this resolution has surely moved that far: to the next
 /// multiple of the resolution, plus one step because a coarse reading trails real time by up to
 /// one step. Exact (unchanged) for nanosecond clocks.
@@ -562,7 +477,6 @@ fn round_up(ns: u64, resolution: u64) -> u64 {
 #[cfg(all(test, not(atomic_limiter_loom)))]
 mod tests {
     use super::*;
-    use crate::token_bucket::figures::BucketFigures;
 
     /// A decision is returned on every check: it stays six words (it was fourteen when the bucket's
     /// variant carried its whole parameter block, and the copies showed in the deny path).
@@ -613,14 +527,14 @@ mod tests {
     #[test]
     fn every_kind_round_trips_through_the_flat_layout() {
         let kinds = [
-            Detail::Time {
+            Detail::Time(TimeFigures {
                 after: u64::MAX - 1,
                 wait: u64::MAX,
                 token: 3,
                 burst: u32::MAX,
                 scale: 128,
-            },
-            BucketFigures {
+            }),
+            Detail::Bucket(BucketFigures {
                 now_ns: u64::MAX,
                 rate: 1 << 63,
                 ahead: 1 << 53,
@@ -628,8 +542,7 @@ mod tests {
                 need: 1 << 30,
                 burst: 1 << 21,
                 shift: 63,
-            }
-            .detail(),
+            }),
             Detail::Eager {
                 retry_ns: 7,
                 reset_ns: u64::MAX,

@@ -1,15 +1,14 @@
 mod carry;
-pub(crate) mod figures;
 pub(crate) mod layout;
 #[cfg(test)]
 mod math_tests;
 mod refill;
 
-use self::figures::BucketFigures;
 use self::layout::BucketParams;
 use self::refill::Outcome;
 use crate::clock::{Clock, DefaultClockOrNone, Reading};
-use crate::decision::Decision;
+use crate::decision::bucket::BucketFigures;
+use crate::decision::{Decision, Detail};
 use crate::limiter::Limiter;
 use core::num::NonZeroU64;
 
@@ -94,7 +93,12 @@ impl Total for TokenBucketAlgorithm {
 
     /// Never past the cap, re-phased like any bucket that fills.
     fn give_back(&self, word: u64, now: u64, n: u32) -> Option<u64> {
-        carry::give_back(word, now, u64::from(n) * layout::UNIT, &self.0)
+        carry::give_back(
+            word,
+            now,
+            u64::from(n) * crate::decision::bucket::UNIT,
+            &self.0,
+        )
     }
 }
 
@@ -192,7 +196,7 @@ impl Answer<TokenBucketAlgorithm> for BucketAnswer {
         Some(Decision::new(
             self.is_allowed(),
             resolution,
-            figures.detail(),
+            Detail::Bucket(figures),
         ))
     }
 

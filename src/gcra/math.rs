@@ -75,14 +75,14 @@ impl GcraParams {
         crate::decision::Decision::new(
             allowed,
             resolution,
-            crate::decision::Detail::Time {
+            crate::decision::Detail::Time(crate::decision::time::TimeFigures {
                 after,
                 wait,
                 token: self.token,
                 burst: self.burst,
                 // At most 128 (`Quota`'s rounding).
                 scale: self.scale as u8,
-            },
+            }),
         )
     }
 

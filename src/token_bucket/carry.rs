@@ -3,6 +3,7 @@
 use super::layout::*;
 use super::refill::*;
 use crate::clock::Reading;
+use crate::decision::bucket::RATE_FRAC;
 
 /// The units the grid may run ahead of the exact refill, just after a carry puts the stamp at
 /// the tick that holds the change's instant: up to a tick's refill (one unit, the tick being at

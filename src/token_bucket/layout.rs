@@ -58,18 +58,13 @@
 //! that wrapped the cycle: a reading taken after the word was loaded cannot be stale, so it
 //! tells them apart. `docs/design.md` has the numbers and what happens past the cycle.
 
+use crate::decision::bucket::{RATE_FRAC, UNIT};
 use crate::quota::Quota;
 
-/// Fraction bits of the token count: tokens are counted in 1/1024ths.
-pub(crate) const FRAC_BITS: u32 = 10;
-/// One token in fixed point.
-pub(crate) const UNIT: u64 = 1 << FRAC_BITS;
 /// The widest token field: 21 integer bits for `Quota::MAX_BURST`, and [`FRAC_BITS`].
 pub(crate) const MAX_TOKEN_BITS: u32 = 31;
 /// A full refill takes at most `2^-FILL_FRACTION_BITS` of the stamp cycle.
 pub(crate) const FILL_FRACTION_BITS: u32 = 4;
-/// Fraction bits of the per-tick refill rate.
-pub(super) const RATE_FRAC: u32 = 53;
 
 /// A quota in token-bucket terms, with its word layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -356,34 +351,4 @@ impl BucketParams {
             ns as u64
         }
     }
-}
-
-/// `ceil(x / d)` for `d > 0`. When the quotient fits 64 bits (the high word below `d`: a wait
-/// below 2^64 ns from its tick), one hardware division of the 128-bit `x` where there is one;
-/// the compiler's 128-bit division is a call that divides again to find the remainder.
-#[inline(always)]
-#[allow(unsafe_code)]
-pub(super) fn div_ceil_wide(x: u128, d: u64) -> u128 {
-    let (hi, lo) = ((x >> 64) as u64, x as u64);
-    if hi == 0 {
-        return u128::from(lo.div_ceil(d));
-    }
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    if hi < d {
-        let (q, r): (u64, u64);
-        // SAFETY: `div` divides rdx:rax by `d` into rax (quotient) and rdx (remainder); it faults
-        // only when the quotient does not fit 64 bits, which `hi < d` rules out (and with it
-        // `d == 0`). It reads and writes no memory, and no register but the two named.
-        unsafe {
-            core::arch::asm!(
-                "div {d}",
-                d = in(reg) d,
-                inout("rax") lo => q,
-                inout("rdx") hi => r,
-                options(pure, nomem, nostack),
-            );
-        }
-        return u128::from(q) + u128::from(r != 0);
-    }
-    x.div_ceil(u128::from(d))
 }

@@ -1,9 +1,10 @@
 //! The token bucket's arithmetic against exact models: layout, refill, carry and give-back.
 
-use super::figures::*;
 use super::layout::*;
 use super::refill::*;
 use crate::clock::Reading;
+use crate::decision::bucket::BucketFigures;
+use crate::decision::bucket::{RATE_FRAC, UNIT, div_ceil_wide};
 use crate::quota::Quota;
 use core::time::Duration;
 

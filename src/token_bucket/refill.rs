@@ -1,8 +1,9 @@
 //! Refill and decide: the fast refusals, the refill on the tick grid and the decision.
 
-use super::figures::*;
 use super::layout::*;
 use crate::clock::Reading;
+use crate::decision::bucket::BucketFigures;
+use crate::decision::bucket::{RATE_FRAC, UNIT};
 
 /// What one step decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -271,6 +272,38 @@ pub(crate) const fn decide(
     } else {
         Outcome::Deny {
             figures: BucketFigures::new(now_ns, base, held, cost - held, p),
+        }
+    }
+}
+
+/// How the bucket builds a decision's figures from its parameters.
+impl BucketFigures {
+    /// The figures of a decision at `now_ns` made on a base tick, the units held after it and the
+    /// units the request lacked.
+    #[inline(always)]
+    const fn new(
+        now_ns: u64,
+        base: u128,
+        tokens: u64,
+        need: u64,
+        p: &BucketParams,
+    ) -> BucketFigures {
+        // `refilled` never puts the base behind now's tick, nor more than a cycle (2^53 ticks)
+        // ahead; saturating all the same.
+        let ahead = base.saturating_sub((now_ns >> p.shift) as u128);
+        BucketFigures {
+            now_ns,
+            rate: p.rate,
+            ahead: if ahead > u64::MAX as u128 {
+                u64::MAX
+            } else {
+                ahead as u64
+            },
+            // Both at most the cap, `burst × UNIT` < 2^31 (`MAX_TOKEN_BITS`).
+            tokens: tokens as u32,
+            need: need as u32,
+            burst: p.burst,
+            shift: p.shift as u8,
         }
     }
 }

@@ -1,7 +1,12 @@
-//! [`BucketFigures`]: what a bucket decision leaves to work out, and the arithmetic that does.
+//! [`BucketFigures`]: what a token bucket's decision leaves to work out, and the arithmetic that
+//! turns it into counts and waits; with the fixed-point units the bucket counts in.
 
-use super::layout::*;
-use crate::decision::Detail;
+/// Fraction bits of the token count: tokens are counted in 1/1024ths.
+pub(crate) const FRAC_BITS: u32 = 10;
+/// One token in fixed point.
+pub(crate) const UNIT: u64 = 1 << FRAC_BITS;
+/// Fraction bits of the per-tick refill rate.
+pub(crate) const RATE_FRAC: u32 = 53;
 
 /// What a decision needs to answer `remaining`, `retry_after` and `reset_after` later: the
 /// state it was made on, and the three parameters the answers use, kept small because a decision
@@ -9,7 +14,7 @@ use crate::decision::Detail;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct BucketFigures {
     pub(crate) now_ns: u64,
-    /// Units refilled per tick ([`BucketParams::rate`]).
+    /// Units refilled per tick (the bucket's `BucketParams::rate`).
     pub(crate) rate: u64,
     /// Ticks from `now_ns`'s tick to the one refills count from (at most a stamp cycle, 2^53:
     /// the base lies ahead of now after a step back, never behind).
@@ -25,59 +30,42 @@ pub(crate) struct BucketFigures {
 }
 
 impl BucketFigures {
-    /// The figures of a decision at `now_ns` made on a base tick, the units held after it and the
-    /// units the request lacked.
-    #[inline(always)]
-    pub(super) const fn new(
-        now_ns: u64,
-        base: u128,
-        tokens: u64,
-        need: u64,
-        p: &BucketParams,
-    ) -> BucketFigures {
-        // `refilled` never puts the base behind now's tick, nor more than a cycle (2^53 ticks)
-        // ahead; saturating all the same.
-        let ahead = base.saturating_sub((now_ns >> p.shift) as u128);
-        BucketFigures {
-            now_ns,
-            rate: p.rate,
-            ahead: if ahead > u64::MAX as u128 {
-                u64::MAX
-            } else {
-                ahead as u64
-            },
-            // Both at most the cap, `burst × UNIT` < 2^31 (`MAX_TOKEN_BITS`).
-            tokens: tokens as u32,
-            need: need as u32,
-            burst: p.burst,
-            shift: p.shift as u8,
-        }
-    }
-
     /// The absolute base tick.
     #[inline]
-    pub(super) const fn base(&self) -> u128 {
+    const fn base(&self) -> u128 {
         (self.now_ns >> self.shift) as u128 + self.ahead as u128
     }
 
-    pub(super) const fn cap(&self) -> u64 {
+    const fn cap(&self) -> u64 {
         self.burst as u64 * UNIT
     }
 
-    /// The figures as a decision's detail.
+    /// The figures as a decision keeps them: `[now_ns, rate, ahead]`, `[tokens, need, burst]`,
+    /// and `shift` in the small byte.
     #[inline(always)]
-    pub(crate) const fn detail(self) -> Detail {
-        Detail::Bucket {
-            now_ns: self.now_ns,
-            rate: self.rate,
-            ahead: self.ahead,
-            tokens: self.tokens,
-            need: self.need,
-            burst: self.burst,
-            shift: self.shift,
+    pub(crate) const fn flat(self) -> ([u64; 3], [u32; 3], u8) {
+        (
+            [self.now_ns, self.rate, self.ahead],
+            [self.tokens, self.need, self.burst],
+            self.shift,
+        )
+    }
+
+    /// The figures back from [`BucketFigures::flat`]'s form.
+    #[inline(always)]
+    pub(crate) const fn from_flat(words: [u64; 3], counts: [u32; 3], small: u8) -> BucketFigures {
+        BucketFigures {
+            now_ns: words[0],
+            rate: words[1],
+            ahead: words[2],
+            tokens: counts[0],
+            need: counts[1],
+            burst: counts[2],
+            shift: small,
         }
     }
 
+    /// Whole tokens left after the decision.
     pub(crate) fn remaining(&self) -> u64 {
         u64::from(self.tokens) >> FRAC_BITS
     }
@@ -86,7 +74,7 @@ impl BucketFigures {
     /// the decision's accessors, so that the figures are read from the decision in place (called,
     /// they were copied out to the stack first: 4 ns on a bucket's retry-after).
     #[inline(always)]
-    pub(super) fn ns_until(self, more: u64) -> u64 {
+    fn ns_until(self, more: u64) -> u64 {
         if more == 0 {
             return 0;
         }
@@ -125,7 +113,7 @@ impl BucketFigures {
     /// `base` itself, where refills start): the least `t` with
     /// `tokens + position(t) - units(base) >= cap`, i.e. `t × rate >= (units(base) + cap - tokens)
     /// × 2^(RATE_FRAC + shift)`, computed relative to `base` to stay inside 128 bits.
-    pub(super) fn exact_cap_at(self, accrued: u128) -> u128 {
+    fn exact_cap_at(self, accrued: u128) -> u128 {
         let rate = self.rate as u128;
         let shift = u32::from(self.shift);
         // Units (fixed point) still to accrue after the base tick's own position.
@@ -156,4 +144,34 @@ impl BucketFigures {
     pub(crate) fn reset_ns(self) -> u64 {
         self.ns_until(self.cap().saturating_sub(u64::from(self.tokens)))
     }
+}
+
+/// `ceil(x / d)` for `d > 0`. When the quotient fits 64 bits (the high word below `d`: a wait
+/// below 2^64 ns from its tick), one hardware division of the 128-bit `x` where there is one;
+/// the compiler's 128-bit division is a call that divides again to find the remainder.
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(crate) fn div_ceil_wide(x: u128, d: u64) -> u128 {
+    let (hi, lo) = ((x >> 64) as u64, x as u64);
+    if hi == 0 {
+        return u128::from(lo.div_ceil(d));
+    }
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if hi < d {
+        let (q, r): (u64, u64);
+        // SAFETY: `div` divides rdx:rax by `d` into rax (quotient) and rdx (remainder); it faults
+        // only when the quotient does not fit 64 bits, which `hi < d` rules out (and with it
+        // `d == 0`). It reads and writes no memory, and no register but the two named.
+        unsafe {
+            core::arch::asm!(
+                "div {d}",
+                d = in(reg) d,
+                inout("rax") lo => q,
+                inout("rdx") hi => r,
+                options(pure, nomem, nostack),
+            );
+        }
+        return u128::from(q) + u128::from(r != 0);
+    }
+    x.div_ceil(u128::from(d))
 }
