@@ -189,11 +189,13 @@ impl<C: Clock> Throttle<C> {
     }
 
     /// The GCRA parameters of its quota, for the reconfiguration wing.
+    #[cfg(feature = "std")]
     pub(crate) fn params(&self) -> &GcraParams {
         &self.params
     }
 
     /// Its state word (the next free slot), for the reconfiguration wing.
+    #[cfg(feature = "std")]
     pub(crate) fn tat(&self) -> &StateCell {
         &self.tat
     }

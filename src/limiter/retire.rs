@@ -6,20 +6,22 @@
 //! loaded the word before the change fails its CAS, and every step after sees the flag and steps
 //! aside. The ordering argument is in `docs/design.md`.
 
-use super::Limiter;
-use super::algorithm::engine::Answer;
-use super::algorithm::{self, Algorithm};
-use crate::clock::{Clock, is_coarse};
 use crate::decision::{Decision, Detail};
-use crate::state_cell::{StateCell, Step};
 #[cfg(feature = "std")]
-use crate::sync::{AtomicBool, Ordering, fence};
+use {
+    super::Limiter,
+    super::algorithm::engine::Answer,
+    super::algorithm::{self, Algorithm},
+    crate::clock::{Clock, is_coarse},
+    crate::state_cell::{StateCell, Step},
+    crate::sync::{AtomicBool, Ordering, fence},
+};
 
+#[cfg(feature = "std")]
 impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// The check on a limiter that a reconfiguration may retire ([`Limiter::retire`]): `None`
     /// once `retired` is set (the caller moves to the limiter that replaced this one), else the
     /// decision, made on a word that no reconfiguration has taken yet.
-    #[cfg(feature = "std")]
     #[inline(always)]
     pub(crate) fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision> {
         let now = self.reading();
@@ -39,7 +41,6 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     }
 
     /// [`Limiter::check_live`] decided again on a fresh reading, as [`Limiter::fresh_on`].
-    #[cfg(feature = "std")]
     #[cold]
     #[inline(never)]
     fn fresh_live(
@@ -63,14 +64,12 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// Takes the word out of use, for a reconfiguration: `retired` is set, then the word is
     /// changed, so that a check that loaded it before fails its CAS and, like every check after,
     /// finds `retired` set. Returns the last word, with every admission made on it.
-    #[cfg(feature = "std")]
     pub(crate) fn retire(&self, retired: &AtomicBool) -> u64 {
         retire_word(&self.word, retired)
     }
 
     /// [`Limiter::retire`], or where `retire` is false (the loom models' twin, as swapping
     /// limiters behind a lock does) a plain read of the word that leaves it in use.
-    #[cfg(feature = "std")]
     pub(crate) fn retire_or_read(&self, retired: &AtomicBool, retire: bool) -> u64 {
         #[cfg(atomic_limiter_loom)]
         if !retire {
@@ -82,7 +81,6 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
 
     /// `word`, this limiter's state at the instant `at_ns`, carried over to the limiter `to`
     /// (another quota) as `how` says: the algorithm's carry, each side in its own units.
-    #[cfg(feature = "std")]
     pub(crate) fn carried_word(
         &self,
         word: u64,
@@ -99,7 +97,6 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
 
     /// How long until `word` is full, as a peek at `at_ns` would answer: a pure step, nothing
     /// stored.
-    #[cfg(feature = "std")]
     pub(crate) fn reset_of(&self, word: u64, at_ns: u64) -> core::time::Duration {
         let now = self.algorithm.units(at_ns);
         let answer = match self.step(now, 0, true)(word) {
@@ -109,13 +106,11 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     }
 
     /// Replaces the word of a limiter no other thread can see yet.
-    #[cfg(feature = "std")]
     pub(crate) fn set_word(&mut self, word: u64) {
         self.word = StateCell::new(word);
     }
 
     /// A fresh state word, full at the clock's current reading.
-    #[cfg(feature = "std")]
     pub(crate) fn full_word(&self) -> u64 {
         self.algorithm.full_word(self.reading())
     }
