@@ -84,6 +84,9 @@ mod instrument;
 #[cfg(feature = "std")]
 pub mod keyed;
 mod limiter;
+#[cfg(atomic_limiter_loom)]
+#[doc(hidden)]
+pub mod loom_api;
 mod quota;
 mod rate_limiter;
 #[cfg(feature = "std")]

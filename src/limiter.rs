@@ -216,8 +216,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
 
     /// For the loom models' teeth: `check_n` with the CAS replaced by a load and a store.
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_broken_check_n(&self, n: u32) -> Decision {
+    pub(crate) fn loom_broken_check_n(&self, n: u32) -> Decision {
         let now = self.reading();
         let answer = self.word.update_racy(self.step(now, n, false));
         settle(answer.decide(&self.algorithm, now, self.clock.resolution()))
@@ -225,8 +224,7 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
 
     /// For the loom models: the raw state word.
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_state(&self) -> u64 {
+    pub(crate) fn loom_state(&self) -> u64 {
         self.word.load()
     }
 }

@@ -377,16 +377,14 @@ impl<L: KeyedLimiter> Sharded<L> {
     /// For the loom models' teeth: a gather of `n` from `home` on that fails without giving back
     /// what it took (`None` when it gathered less than `n`).
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_gather_keeping_what_it_took(&self, home: usize, n: u32) -> Option<Decision> {
+    pub(crate) fn loom_gather_keeping_what_it_took(&self, home: usize, n: u32) -> Option<Decision> {
         self.gather(home & self.mask, n, &|l, n| l.check_n(n), |_, _| ())
     }
 
     /// For the loom models' teeth: the same check, with `broken` in place of the other shards'
     /// `check_n` (a racy variant that loom must catch).
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_check_with(
+    pub(crate) fn loom_check_with(
         &self,
         home: usize,
         n: u32,

@@ -6,7 +6,7 @@
 
 mod common;
 
-use atomic_limiter::{Decision, Gcra, ManualClock};
+use atomic_limiter::{Decision, Gcra, ManualClock, loom_api};
 use common::*;
 use loom::sync::Arc;
 use loom::thread;
@@ -198,7 +198,7 @@ fn two_first_checks(
             let keyed = keyed.clone();
             thread::spawn(move || {
                 if broken {
-                    keyed.loom_broken_check_key(&7)
+                    loom_api::keyed_broken_check_key(&keyed, &7)
                 } else {
                     keyed.check_key(&7)
                 }
@@ -279,7 +279,7 @@ fn a_check_racing_set_quota_decides_on_one_quota(broken: bool) {
             let keyed = keyed.clone();
             thread::spawn(move || {
                 if broken {
-                    keyed.loom_unchecked_check_key(&7)
+                    loom_api::keyed_unchecked_check_key(&keyed, &7)
                 } else {
                     keyed.check_key(&7)
                 }

@@ -5,7 +5,7 @@
 mod common;
 
 use atomic_limiter::algorithm::GcraAlgorithm;
-use atomic_limiter::{Carry, ManualClock, Reconfigurable, ReconfigurableSharded};
+use atomic_limiter::{Carry, ManualClock, Reconfigurable, ReconfigurableSharded, loom_api};
 use common::*;
 use loom::sync::Arc;
 use loom::thread;
@@ -31,7 +31,7 @@ fn a_check_racing_a_change_is_counted_once(broken: bool) {
             let limiter = limiter.clone();
             thread::spawn(move || {
                 if broken {
-                    limiter.loom_broken_set_quota(quota(1), Carry::Debt);
+                    loom_api::broken_set_quota(&limiter, quota(1), Carry::Debt);
                 } else {
                     limiter.set_quota(quota(1), Carry::Debt);
                 }
@@ -105,7 +105,7 @@ fn a_sharded_check_racing_a_change_is_counted_once(broken: bool) {
             let limiter = limiter.clone();
             thread::spawn(move || {
                 if broken {
-                    limiter.loom_broken_set_quota(quota(2), Carry::Debt);
+                    loom_api::sharded_broken_set_quota(&limiter, quota(2), Carry::Debt);
                 } else {
                     limiter.set_quota(quota(2), Carry::Debt);
                 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use atomic_limiter::ManualClock;
+use atomic_limiter::{ManualClock, loom_api};
 use common::*;
 use loom::sync::Arc;
 use loom::thread;
@@ -22,7 +22,9 @@ fn stealing_admits_exactly_the_burst(broken: bool) {
                 let s = s.clone();
                 thread::spawn(move || {
                     let d = if broken {
-                        s.loom_check_with(0, 1, |l, n| l.loom_broken_check_n(n))
+                        loom_api::sharded_check_with(&s, 0, 1, |l, n| {
+                            loom_api::broken_check_n(l, n)
+                        })
                     } else {
                         s.check_n_from(0, 1).unwrap()
                     };
@@ -57,7 +59,7 @@ fn gather_gives_back_on_failure(broken: bool) {
             let s = s.clone();
             thread::spawn(move || {
                 let d = if broken {
-                    s.loom_gather_keeping_what_it_took(0, 2)
+                    loom_api::sharded_gather_keeping_what_it_took(&s, 0, 2)
                 } else {
                     Some(s.check_n_from(0, 2).unwrap())
                 };

@@ -4,7 +4,7 @@
 
 mod common;
 
-use atomic_limiter::ManualClock;
+use atomic_limiter::{ManualClock, loom_api};
 use common::*;
 use loom::sync::Arc;
 use loom::thread;
@@ -24,7 +24,7 @@ fn slots_are_distinct(broken: bool) {
                 thread::spawn(move || {
                     let max = Duration::from_secs(10);
                     if broken {
-                        t.loom_broken_reserve(max)
+                        loom_api::broken_reserve(&t, max)
                     } else {
                         t.reserve(max)
                     }
@@ -66,7 +66,7 @@ fn refund_and_reserve_both_land(broken: bool) {
             thread::spawn(move || {
                 let b = t.reserve(max).unwrap();
                 if broken {
-                    b.loom_broken_refund()
+                    loom_api::broken_refund(b)
                 } else {
                     b.refund()
                 }

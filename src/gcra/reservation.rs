@@ -135,8 +135,7 @@ impl<'a, C: Clock> Reservation<'a, C> {
 
     /// For the loom models' teeth: `refund` with the CAS replaced by a load and a store.
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_broken_refund(self) -> bool {
+    pub(crate) fn loom_broken_refund(self) -> bool {
         match self.throttle {
             Issuer::Throttle(throttle) => throttle.loom_broken_refund_latest(self.end, self.cost),
             #[cfg(feature = "std")]

@@ -208,8 +208,7 @@ impl<C: Clock> Throttle<C> {
 
     /// For the loom models' teeth: `reserve_n` with the CAS replaced by a load and a store.
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_broken_reserve(
+    pub(crate) fn loom_broken_reserve(
         &self,
         max_wait: Duration,
     ) -> Result<Reservation<'_, C>, ThrottleError> {

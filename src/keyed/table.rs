@@ -394,8 +394,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     /// It neither looks for the key again under the index's lock nor holds that lock while it
     /// inserts, so a racing insertion of the same key can make it answer that the table is full.
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_broken_check_key<Q>(&self, key: &Q) -> Decision
+    pub(crate) fn loom_broken_check_key<Q>(&self, key: &Q) -> Decision
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -414,8 +413,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     /// the shard lock whether a change has moved the key since the hint was read (a key moved
     /// meanwhile is decided with the first limiter's parameters on its new state).
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_unchecked_check_key(&self, key: &K) -> Decision {
+    pub(crate) fn loom_unchecked_check_key(&self, key: &K) -> Decision {
         let Quotas::Shared { first, changed, .. } = &self.quotas else {
             return self.check_key(key);
         };

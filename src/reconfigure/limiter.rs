@@ -115,8 +115,7 @@ where
     /// as swapping limiters behind a lock does, so a check racing it can admit on the old
     /// cell after its word was carried over.
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_broken_set_quota(&self, quota: Quota, carry: Carry) {
+    pub(crate) fn loom_broken_set_quota(&self, quota: Quota, carry: Carry) {
         let build = |old: &Limiter<A, C>| {
             Ok::<_, Infallible>(Limiter::continuous(quota, old.clock().clone()))
         };

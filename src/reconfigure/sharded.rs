@@ -253,8 +253,7 @@ where
 
     /// For the loom models' teeth: a change that reads the old words instead of retiring them.
     #[cfg(atomic_limiter_loom)]
-    #[doc(hidden)]
-    pub fn loom_broken_set_quota(&self, quota: Quota, carry: Carry) {
+    pub(crate) fn loom_broken_set_quota(&self, quota: Quota, carry: Carry) {
         self.replace(quota, carry, false);
     }
 

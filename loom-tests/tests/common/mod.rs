@@ -1,7 +1,7 @@
 //! What the loom models share: the quota, and the two lock-free limiters with their broken twins.
 #![allow(dead_code)]
 
-use atomic_limiter::{Decision, Gcra, ManualClock, Quota, RateLimiter, TokenBucket};
+use atomic_limiter::{Decision, Gcra, ManualClock, Quota, RateLimiter, TokenBucket, loom_api};
 use std::time::Duration;
 
 /// 10 per second: one token every 100 ms.
@@ -23,10 +23,10 @@ impl Subject for Gcra<ManualClock> {
         Gcra::with_clock(quota, clock)
     }
     fn broken_check_n(&self, n: u32) -> Decision {
-        self.loom_broken_check_n(n)
+        loom_api::broken_check_n(self, n)
     }
     fn state(&self) -> u64 {
-        self.loom_state()
+        loom_api::state(self)
     }
 }
 
@@ -35,10 +35,10 @@ impl Subject for TokenBucket<ManualClock> {
         TokenBucket::with_clock(quota, clock)
     }
     fn broken_check_n(&self, n: u32) -> Decision {
-        self.loom_broken_check_n(n)
+        loom_api::broken_check_n(self, n)
     }
     fn state(&self) -> u64 {
-        self.loom_state()
+        loom_api::state(self)
     }
 }
 
