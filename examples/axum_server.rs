@@ -6,11 +6,14 @@
 //! curl -i http://127.0.0.1:3000/        # again and again: the sixth in a second gets a 429
 //! ```
 //!
-//! `PORT` picks another port. Stop it with Ctrl-C.
+//! `PORT` picks another port. Behind a reverse proxy, `TRUSTED_PROXIES` names the proxies'
+//! addresses (comma-separated CIDRs, `127.0.0.1/32` for an nginx on the same host; empty or
+//! absent: trust none), and each client is then keyed by the address its proxy appended to
+//! `X-Forwarded-For`. Stop it with Ctrl-C.
 
 use std::net::SocketAddr;
 
-use atomic_limiter::http::{Headers, IpKey, PeerIp, RateLimitLayer};
+use atomic_limiter::http::{ForwardedIp, Headers, IpKey, RateLimitLayer};
 use atomic_limiter::{Gcra, Keyed, Quota};
 use axum::Router;
 use axum::routing::get;
@@ -21,9 +24,17 @@ async fn main() -> std::io::Result<()> {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(3000);
-    // One GCRA per client address (IPv6 grouped by /64), at most 100 000 addresses held.
+    let trusted = std::env::var("TRUSTED_PROXIES").unwrap_or_default();
+    let key = ForwardedIp::parse(&trusted)
+        .map_err(|e| std::io::Error::other(format!("TRUSTED_PROXIES: {e}")))?;
+    let behind = match trusted.trim() {
+        "" => "client address".to_owned(),
+        list => format!("client behind the proxies at {list}"),
+    };
+    // One GCRA per client (IPv6 grouped by /64), at most 100 000 held. With no trusted proxy
+    // the key is the peer address.
     let per_client: Keyed<IpKey, Gcra> = Keyed::gcra(Quota::per_second(5), 100_000);
-    let limit = RateLimitLayer::builder(PeerIp::new(), per_client)
+    let limit = RateLimitLayer::builder(key, per_client)
         .headers(Headers::Ietf)
         .headers_on_allowed(true)
         .problem_json(true)
@@ -34,7 +45,7 @@ async fn main() -> std::io::Result<()> {
 
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!(
-        "Listening on http://{}/ : 5 requests per second per client address.",
+        "Listening on http://{}/ : 5 requests per second per {behind}.",
         listener.local_addr()?
     );
     println!("Try it:  for i in 1 2 3 4 5 6; do curl -si http://127.0.0.1:{port}/ | head -1; done");

@@ -94,6 +94,23 @@ impl fmt::Display for KeyError {
 
 impl core::error::Error for KeyError {}
 
+/// What a layer or a policy does with a request whose key is missing (the header it is read from
+/// is absent: [`KeyError::MissingHeader`]).
+///
+/// A missing peer address is a setup mistake and an oversized header a client's, so those are
+/// answered (`500`, `400`) whatever this says. A key shared by every request without one is the
+/// extractor's to give ([`HeaderKey::shared_when_missing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Answered `400 Bad Request`, and nothing counted (the default).
+    #[default]
+    Reject,
+    /// The limit is not applied to the request: a client without the header is held only by the
+    /// other policies on the request (say, its address and the global one).
+    Skip,
+}
+
 /// Takes the key a request is counted against.
 ///
 /// Implemented by [`PeerIp`], [`ForwardedIp`], [`HeaderKey`], [`GlobalKey`], and by any
@@ -247,6 +264,7 @@ pub enum ProxyHeader {
     #[default]
     XForwardedFor,
     /// RFC 7239 `Forwarded: for=client, for=proxy1` (the `for` parameter of each element).
+    /// Every trusted hop must append to `X-Forwarded-For` as well ([`ForwardedIp`] says why).
     Forwarded,
 }
 
@@ -259,6 +277,23 @@ pub enum ProxyHeader {
 /// If the entry at that place is not an address (`unknown`, an obfuscated `_name`, garbage), the
 /// key is the trusted proxy that reported it: never a value the client chose. If every entry is
 /// trusted, the leftmost is the client.
+///
+/// # Read the header your proxies append, and no other
+///
+/// The walk is sound only on a header that **every** trusted proxy appends to: nginx with
+/// `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;`, HAProxy with
+/// `option forwardfor`, Envoy with `use_remote_address: true`, AWS's ALB as it is: all write
+/// `X-Forwarded-For`, the default here. (Google Cloud's Application Load Balancer appends the
+/// client's address and then its forwarding rule's: trust that address as well.) Choose
+/// [`ProxyHeader::Forwarded`] only when every trusted hop appends to `Forwarded` (HAProxy's
+/// `option forwarded`) and to `X-Forwarded-For` beside it. Where the two end in different
+/// addresses, one was not written by the hop: neither decides, and the request counts against
+/// the trusted peer's own key. So a proxy that writes only `X-Forwarded-For` never lets a
+/// client's forged `Forwarded: for=...` buy a quota per forged value.
+///
+/// Entries are read one by one, as bytes: a non-text byte ends the walk at its own entry and
+/// never hides the entries to its right. Trusted ranges in IPv4-mapped form
+/// (`::ffff:127.0.0.1/128`) mean the IPv4 range they map.
 ///
 /// ```
 /// use atomic_limiter::http::{ForwardedIp, KeyExtractor, RequestHead};
@@ -284,12 +319,49 @@ pub struct ForwardedIp {
 impl ForwardedIp {
     /// The client behind the proxies in `trusted` (their address ranges, as the `ipnet` crate's
     /// `IpNet`: `"10.0.0.0/8".parse()`), from `X-Forwarded-For`, IPv6 grouped by `/64`.
+    ///
+    /// An IPv4-mapped range (`::ffff:127.0.0.1/128`, the form a dual-stack socket reports) means
+    /// the IPv4 range it maps (`127.0.0.1/32`), as peers and entries are read.
     pub fn new(trusted: impl IntoIterator<Item = IpNet>) -> ForwardedIp {
+        let mut ranges = Vec::new();
+        for net in trusted {
+            canonical_ranges(net, &mut ranges);
+        }
         ForwardedIp {
-            trusted: trusted.into_iter().collect(),
+            trusted: ranges,
             header: ProxyHeader::XForwardedFor,
             v6_prefix: 64,
         }
+    }
+
+    /// [`ForwardedIp::new`] from a list of ranges as a configuration file or the environment
+    /// gives it: comma-separated, each an address or a CIDR range (`"10.0.0.0/8, 127.0.0.1"`);
+    /// an empty list trusts no one (the key is then the peer address).
+    ///
+    /// ```
+    /// use atomic_limiter::http::ForwardedIp;
+    ///
+    /// let behind_nginx = ForwardedIp::parse("127.0.0.1/32, ::1").unwrap();
+    /// assert!(ForwardedIp::parse("10.0.0.0/33").is_err());
+    /// # let _ = behind_nginx;
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidRange`] naming the first entry that is neither an address nor a range.
+    pub fn parse(list: &str) -> Result<ForwardedIp, InvalidRange> {
+        let mut ranges = Vec::new();
+        for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let net = match entry.parse::<IpNet>() {
+                Ok(net) => net,
+                Err(_) => entry
+                    .parse::<IpAddr>()
+                    .map(IpNet::from)
+                    .map_err(|_| InvalidRange(entry.into()))?,
+            };
+            ranges.push(net);
+        }
+        Ok(ForwardedIp::new(ranges))
     }
 
     /// Reads the chain from `header` instead.
@@ -340,14 +412,83 @@ impl KeyExtractor for ForwardedIp {
             ProxyHeader::XForwardedFor => X_FORWARDED_FOR,
             ProxyHeader::Forwarded => FORWARDED,
         };
-        // Several field lines are one list, in order; a line that is not text ends the walk
-        // there, as an entry that is not an address would.
-        let lines = head.headers().get_all(name).iter().rev();
-        let entries = lines
-            .map(|line| line.to_str().unwrap_or("\u{0}"))
-            .flat_map(|line| line.rsplit(','));
+        // Several field lines are one list, in order. Each entry is read on its own, as bytes:
+        // one that is not text ends the walk at itself, as an entry that is not an address
+        // does, and never hides the entries to its right (the ones the trusted hops wrote).
+        let entries = entries_from_right(head.headers(), &name);
+        if self.header == ProxyHeader::Forwarded && self.is_trusted(peer) {
+            // A trusted hop that appends to `Forwarded` and also to `X-Forwarded-For` writes the
+            // same address last in both. When both end in addresses that differ, one of them is
+            // not the hop's: neither may decide, and the hop is the key.
+            let last = |name: &HeaderName, header| {
+                let entry = entries_from_right(head.headers(), name).next()?;
+                parse_node(entry, header)
+            };
+            let forwarded = last(&FORWARDED, ProxyHeader::Forwarded);
+            let xff = last(&X_FORWARDED_FOR, ProxyHeader::XForwardedFor);
+            if let (Some(f), Some(x)) = (forwarded, xff) {
+                if f.to_canonical() != x.to_canonical() {
+                    return Ok(group(peer, self.v6_prefix));
+                }
+            }
+        }
         Ok(group(self.client(peer, entries), self.v6_prefix))
     }
+}
+
+/// The entries of every `name` line, the last line's last entry first, each read on its own.
+fn entries_from_right<'h>(
+    headers: &'h HeaderMap,
+    name: &HeaderName,
+) -> impl Iterator<Item = &'h str> {
+    headers
+        .get_all(name)
+        .iter()
+        .rev()
+        .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','))
+        .map(|entry| core::str::from_utf8(entry).unwrap_or("\u{0}"))
+}
+
+/// An entry of a list of trusted ranges that is neither an address nor a CIDR range
+/// ([`ForwardedIp::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRange(alloc::string::String);
+
+impl fmt::Display for InvalidRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} is neither an IP address nor a CIDR range (such as 10.0.0.0/8)",
+            self.0
+        )
+    }
+}
+
+impl core::error::Error for InvalidRange {}
+
+/// `net` as the ranges that match canonical addresses (an IPv4-mapped IPv6 address is read as
+/// its IPv4 address): an IPv6 range inside `::ffff:0:0/96` becomes the IPv4 range it maps, and a
+/// wider one that holds all of it covers every IPv4 address too.
+fn canonical_ranges(net: IpNet, out: &mut Vec<IpNet>) {
+    use ipnet::Ipv4Net;
+    let IpNet::V6(v6) = net else {
+        out.push(net);
+        return;
+    };
+    let mapped_prefix = Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0);
+    if v6.prefix_len() >= 96 {
+        if let Some(v4) = v6.network().to_ipv4_mapped() {
+            if let Ok(v4net) = Ipv4Net::new(v4, v6.prefix_len() - 96) {
+                out.push(IpNet::V4(v4net));
+                return;
+            }
+        }
+    } else if v6.contains(&mapped_prefix) {
+        if let Ok(all) = Ipv4Net::new(core::net::Ipv4Addr::UNSPECIFIED, 0) {
+            out.push(IpNet::V4(all));
+        }
+    }
+    out.push(net);
 }
 
 /// The address in one entry of a chain: `X-Forwarded-For`'s `192.0.2.7`, `2001:db8::1`,
@@ -390,12 +531,37 @@ fn parse_node(entry: &str, header: ProxyHeader) -> Option<IpAddr> {
 pub struct HeaderKey {
     name: HeaderName,
     max_len: usize,
+    shared: Option<Vec<u8>>,
 }
 
 impl HeaderKey {
     /// Keys by the value of the header `name`.
+    ///
+    /// `name` is an [`http::HeaderName`](::http::HeaderName) (`http` is the crate tower and axum
+    /// speak): `HeaderName::from_static("x-api-key")`, lower case.
     pub fn new(name: HeaderName) -> HeaderKey {
-        HeaderKey { name, max_len: 256 }
+        HeaderKey {
+            name,
+            max_len: 256,
+            shared: None,
+        }
+    }
+
+    /// Requests without the header count against the one key `shared` together, instead of
+    /// being answered `400`. A client that sends `shared` as its header's value shares that
+    /// key too, and gains nothing by it.
+    ///
+    /// ```
+    /// use atomic_limiter::http::{HeaderKey, KeyExtractor, RequestHead};
+    /// use http::HeaderName;
+    ///
+    /// let key = HeaderKey::new(HeaderName::from_static("x-api-key")).shared_when_missing(b"anonymous");
+    /// let request = http::Request::get("/").body(()).unwrap();
+    /// assert_eq!(key.extract(&RequestHead::of(&request)).unwrap(), b"anonymous");
+    /// ```
+    pub fn shared_when_missing(mut self, shared: &[u8]) -> HeaderKey {
+        self.shared = Some(shared.to_vec());
+        self
     }
 
     /// The longest value taken as a key.
@@ -410,10 +576,12 @@ impl KeyExtractor for HeaderKey {
     type Key = Vec<u8>;
 
     fn extract(&self, head: &RequestHead<'_>) -> Result<Vec<u8>, KeyError> {
-        let value = head
-            .headers()
-            .get(&self.name)
-            .ok_or_else(|| KeyError::MissingHeader(self.name.clone()))?;
+        let Some(value) = head.headers().get(&self.name) else {
+            return match &self.shared {
+                Some(shared) => Ok(shared.clone()),
+                None => Err(KeyError::MissingHeader(self.name.clone())),
+            };
+        };
         if value.len() > self.max_len {
             return Err(KeyError::HeaderTooLong(self.name.clone()));
         }
