@@ -15,3 +15,5 @@ cargo clippy --all-targets --features tower,axum,redis,metrics -- -D warnings
 cargo clippy --all-targets --features redis-tls,metrics -- -D warnings
 cargo fmt --all --check
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter --features redis-tls,tower,axum,metrics
+# The HTTP layer's docs without the `redis` feature: what a user of `tower,axum` alone reads.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p atomic-limiter --features tower,axum

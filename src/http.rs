@@ -14,8 +14,8 @@
 //!   ([`GlobalKey`]); or any function of the request's head.
 //! * A [`Backend`] that decides: a [`Keyed`](crate::Keyed) table of any local limiter (bounded
 //!   memory, a quota per key), or with the `redis` feature a
-//!   [`RedisGcra`](crate::redis::RedisGcra) (one quota per key across nodes) or a
-//!   [`Leased`](crate::redis::Leased) (one global quota across nodes, spent locally).
+//!   `redis::RedisGcra` (one quota per key across nodes) or a
+//!   `redis::Leased` (one global quota across nodes, spent locally).
 //!
 //! # What a response says
 //!
@@ -66,6 +66,7 @@ mod fields;
 mod future;
 mod key;
 mod layer;
+mod policies;
 mod policy;
 mod service;
 
@@ -75,10 +76,11 @@ pub use self::backend::{StoreFuture, Subject};
 pub use self::fields::Headers;
 pub use self::future::ResponseFuture;
 pub use self::key::{
-    ForwardedIp, GlobalKey, HeaderKey, IpKey, KeyError, KeyExtractor, PeerIp, ProxyHeader,
-    RequestHead,
+    ForwardedIp, GlobalKey, HeaderKey, InvalidRange, IpKey, KeyError, KeyExtractor, MissingKey,
+    PeerIp, ProxyHeader, RequestHead,
 };
 pub use self::layer::{RateLimitLayer, RateLimitLayerBuilder};
+pub use self::policies::{Policy, PolicyLayer, PolicyLayerBuilder, PolicyService};
 pub use self::service::RateLimitService;
 
 #[cfg(test)]

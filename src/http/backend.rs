@@ -23,8 +23,8 @@ pub enum Checked<F> {
 /// Decides whether the request of `key`, costing `cost` tokens, goes ahead.
 ///
 /// Implemented for [`Keyed`] (any local limiter per key), and with the `redis` feature for
-/// [`RedisGcra`](crate::redis::RedisGcra) (keys as subjects) and
-/// [`Leased`](crate::redis::Leased) (one global key).
+/// `redis::RedisGcra` (keys as subjects) and
+/// `redis::Leased` (one global key).
 pub trait Backend<K>: Send + Sync + 'static {
     /// The future a [`Checked::Pending`] answer holds.
     type Future: Future<Output = Result<Decision, InsufficientCapacity>> + Send + 'static;

@@ -157,6 +157,13 @@ fn number(n: u64) -> HeaderValue {
     HeaderValue::from_static(&DIGITS[at..at + number_len(n)])
 }
 
+/// One policy's figures in a response: its name, the decision and the quota it was held to.
+pub(crate) struct Item<'a> {
+    pub(crate) policy: &'a PolicyName,
+    pub(crate) decision: &'a Decision,
+    pub(crate) quota: Option<&'a Quota>,
+}
+
 /// Writes the rate-limit fields of `decision`.
 pub(crate) fn write(
     out: &mut HeaderMap,
@@ -165,50 +172,107 @@ pub(crate) fn write(
     decision: &Decision,
     quota: Option<&Quota>,
 ) {
-    // Seconds until more quota is there, rounded up: for a refusal, until this request passes (the
-    // instant `Retry-After` names); for an admission, until the next token is back, and left out
-    // when none is missing.
-    let t = if decision.is_allowed() {
-        let next = decision.next_token_after();
-        (!next.is_zero()).then(|| secs_up(next))
-    } else {
-        Some(decision.retry_after_secs())
-    };
+    write_items(
+        out,
+        mode,
+        &[Item {
+            policy,
+            decision,
+            quota,
+        }],
+    );
+}
+
+/// Writes the rate-limit fields of several policies decided on one request: each policy an item
+/// of the IETF lists, in order. The IETF fields are appended, so that layers stacked on one
+/// service list every policy instead of overwriting each other's; the legacy trio, which holds
+/// one policy only, is written by the first writer (the innermost layer) and tells the item
+/// with the fewest remaining.
+pub(crate) fn write_items(out: &mut HeaderMap, mode: Headers, items: &[Item<'_>]) {
     if mode.ietf() {
-        let mut text = String::with_capacity(48);
-        if let Some(quota) = quota {
-            let (q, w) = quota_window(quota);
+        let mut policies = String::with_capacity(48 * items.len());
+        let mut limits = String::with_capacity(32 * items.len());
+        for item in items {
+            if let Some(quota) = item.quota {
+                let (q, w) = quota_window(quota);
+                if !policies.is_empty() {
+                    policies.push_str(", ");
+                }
+                let _ = write!(
+                    policies,
+                    "{};q={};w={}",
+                    item.policy.quoted,
+                    q.min(SF_MAX),
+                    w.min(SF_MAX)
+                );
+            }
+            if !limits.is_empty() {
+                limits.push_str(", ");
+            }
+            let decision = item.decision;
             let _ = write!(
-                text,
-                "{};q={};w={}",
-                policy.quoted,
-                q.min(SF_MAX),
-                w.min(SF_MAX)
+                limits,
+                "{};r={}",
+                item.policy.quoted,
+                decision.remaining().min(SF_MAX)
             );
-            out.insert(RATELIMIT_POLICY, value(text));
-            text = String::with_capacity(32);
+            if let Some(t) = seconds_to_more(decision) {
+                let _ = write!(limits, ";t={}", t.min(SF_MAX));
+            }
         }
-        let _ = write!(
-            text,
-            "{};r={}",
-            policy.quoted,
-            decision.remaining().min(SF_MAX)
-        );
-        if let Some(t) = t {
-            let _ = write!(text, ";t={}", t.min(SF_MAX));
+        if !policies.is_empty() {
+            out.append(RATELIMIT_POLICY, value(policies));
         }
-        out.insert(RATELIMIT, value(text));
+        if !limits.is_empty() {
+            out.append(RATELIMIT, value(limits));
+        }
     }
-    if mode.legacy() {
+    let tightest = items.iter().min_by_key(|item| item.decision.remaining());
+    if let Some(item) = tightest.filter(|_| mode.legacy() && !out.contains_key(X_LIMIT)) {
+        let decision = item.decision;
         out.insert(X_LIMIT, number(decision.limit()));
         out.insert(X_REMAINING, number(decision.remaining()));
         out.insert(X_RESET, number(secs_up(decision.reset_after())));
     }
 }
 
+/// [`write_items`] for policies held by name, decision and quota.
+pub(crate) fn write_many(
+    out: &mut HeaderMap,
+    mode: Headers,
+    items: &[(alloc::sync::Arc<PolicyName>, Decision, Option<Quota>)],
+) {
+    let items: alloc::vec::Vec<Item<'_>> = items
+        .iter()
+        .map(|(policy, decision, quota)| Item {
+            policy,
+            decision,
+            quota: quota.as_ref(),
+        })
+        .collect();
+    write_items(out, mode, &items);
+}
+
+/// Seconds until more quota is there, rounded up: for a refusal, until this request passes (the
+/// instant `Retry-After` names); for an admission, until the next token is back, and `None` when
+/// none is missing.
+fn seconds_to_more(decision: &Decision) -> Option<u64> {
+    if decision.is_allowed() {
+        let next = decision.next_token_after();
+        (!next.is_zero()).then(|| secs_up(next))
+    } else {
+        Some(decision.retry_after_secs())
+    }
+}
+
 /// `Retry-After` in whole seconds, rounded up (at least 1).
 pub(crate) fn retry_after(out: &mut HeaderMap, decision: &Decision) {
-    out.insert(RETRY_AFTER, number(decision.retry_after_secs().max(1)));
+    retry_after_secs(out, decision.retry_after_secs());
+}
+
+/// `Retry-After: secs` (at least 1).
+pub(crate) fn retry_after_secs(out: &mut HeaderMap, secs: u64) {
+    out.insert(RETRY_AFTER, number(secs.max(1)));
 }
 
 /// The kinds of problem the layer answers with.
@@ -224,6 +288,11 @@ pub(crate) enum Problem {
 
 /// The `application/problem+json` body (RFC 9457), with the draft's problem types.
 pub(crate) fn problem_json(problem: Problem, policy: &PolicyName) -> String {
+    problem_json_of(problem, &[policy])
+}
+
+/// [`problem_json`] for a refusal by several policies, each named in `violated-policies`.
+pub(crate) fn problem_json_of(problem: Problem, violated: &[&PolicyName]) -> String {
     const BASE: &str = "https://iana.org/assignments/http-problem-types#";
     let mut body = String::with_capacity(256);
     let (kind, title, status) = match problem {
@@ -251,7 +320,14 @@ pub(crate) fn problem_json(problem: Problem, policy: &PolicyName) -> String {
             "This request costs {cost}; the quota never holds more than {burst} at once."
         ),
     };
-    let _ = write!(body, "\",\"violated-policies\":[{}]}}", policy.json);
+    body.push_str("\",\"violated-policies\":[");
+    for (i, policy) in violated.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&policy.json);
+    }
+    body.push_str("]}");
     body
 }
 

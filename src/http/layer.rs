@@ -9,16 +9,19 @@ use tower_layer::Layer;
 
 use super::backend::Backend;
 use super::fields::{Headers, PolicyName};
-use super::key::{KeyExtractor, RequestHead};
+use super::key::{KeyExtractor, MissingKey, RequestHead};
 use crate::sync::AtomicUsize;
 
 pub(super) type CostFn = Box<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
+pub(super) type ExemptFn = Box<dyn Fn(&RequestHead<'_>) -> bool + Send + Sync>;
 
 /// What every clone of the layer and its services shares.
 pub(super) struct Config<X, Be> {
     pub(super) extractor: X,
     pub(super) backend: Be,
     pub(super) cost: Option<CostFn>,
+    pub(super) exempt: Option<ExemptFn>,
+    pub(super) missing: MissingKey,
     pub(super) headers: Headers,
     pub(super) on_allowed: bool,
     pub(super) problem: bool,
@@ -97,6 +100,35 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayerBuilder<X, Be> {
         self
     }
 
+    /// Requests for which `exempt` is true go through unchecked and uncounted, with no fields;
+    /// none is exempt by default. A CORS preflight, which browsers send without the credentials a
+    /// key may be read from, is the usual case:
+    ///
+    /// ```
+    /// # #[cfg(feature = "tower")] {
+    /// use atomic_limiter::http::{PeerIp, RateLimitLayer};
+    /// use atomic_limiter::{Keyed, Quota};
+    ///
+    /// let layer = RateLimitLayer::builder(PeerIp::new(), Keyed::gcra(Quota::per_second(5), 10_000))
+    ///     .exempt(|head| head.method() == http::Method::OPTIONS || head.uri().path() == "/healthz")
+    ///     .build();
+    /// # let _ = layer; }
+    /// ```
+    pub fn exempt(
+        mut self,
+        exempt: impl Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.config.exempt = Some(Box::new(exempt));
+        self
+    }
+
+    /// What to do with a request whose key header is absent ([`MissingKey::Reject`], `400`, by
+    /// default).
+    pub fn missing_key(mut self, missing: MissingKey) -> Self {
+        self.config.missing = missing;
+        self
+    }
+
     /// Waits up to `max_wait` for the quota instead of refusing at once: a refused request sleeps
     /// its retry-after and asks again, and is refused only when the next sleep would pass the
     /// bound. Nothing is taken while it waits, so a request dropped meanwhile (the client went
@@ -157,6 +189,8 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayer<X, Be> {
                 extractor,
                 backend,
                 cost: None,
+                exempt: None,
+                missing: MissingKey::Reject,
                 headers: Headers::Ietf,
                 on_allowed: false,
                 problem: false,

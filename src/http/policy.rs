@@ -3,6 +3,7 @@
 use super::layer::*;
 use alloc::boxed::Box;
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 use core::time::Duration;
 
 use ::http::header::CONTENT_TYPE;
@@ -91,7 +92,7 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
                 return Verdict::Pass(None);
             }
             // Written into the response's own map when it comes.
-            return Verdict::Pass(Some(Box::new(Fields {
+            return Verdict::Pass(Some(Box::new(Fields::One {
                 decision,
                 quota: self.backend.quota(key),
                 headers: self.headers,
@@ -147,18 +148,7 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
     /// A request with no key: a setup mistake (no peer address) is the server's, a missing
     /// header the client's.
     pub(super) fn key_error<B: From<Bytes>>(&self, error: &KeyError) -> Box<Response<B>> {
-        let status = match error {
-            KeyError::NoPeerAddress => StatusCode::INTERNAL_SERVER_ERROR,
-            KeyError::MissingHeader(_) | KeyError::HeaderTooLong(_) => StatusCode::BAD_REQUEST,
-        };
-        let body = Bytes::from(alloc::format!("{error}\n"));
-        let mut response = Response::new(B::from(body));
-        *response.status_mut() = status;
-        response.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        Box::new(response)
+        key_error(error)
     }
 
     /// How long a refused request sleeps before asking again, if the delay mode lets it.
@@ -173,6 +163,23 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         let nap = decision.retry_after().max(Duration::from_nanos(1));
         (waited.saturating_add(nap) <= max_wait).then_some(nap)
     }
+}
+
+/// The answer to a request with no key: a setup mistake (no peer address) is the server's
+/// (`500`), a missing or oversized header the client's (`400`).
+pub(super) fn key_error<B: From<Bytes>>(error: &KeyError) -> Box<Response<B>> {
+    let status = match error {
+        KeyError::NoPeerAddress => StatusCode::INTERNAL_SERVER_ERROR,
+        KeyError::MissingHeader(_) | KeyError::HeaderTooLong(_) => StatusCode::BAD_REQUEST,
+    };
+    let body = Bytes::from(alloc::format!("{error}\n"));
+    let mut response = Response::new(B::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    Box::new(response)
 }
 
 /// A place among the requests asleep in the delay mode, given back when dropped (woken, or the
@@ -204,25 +211,42 @@ impl Drop for WaitSlot<'_> {
 }
 
 /// The rate-limit fields of an admitted request, kept until its response comes.
-pub(super) struct Fields {
-    pub(super) decision: Decision,
-    pub(super) quota: Option<Quota>,
-    pub(super) headers: Headers,
-    pub(super) policy: Arc<PolicyName>,
+pub(super) enum Fields {
+    /// One layer's one policy.
+    One {
+        decision: Decision,
+        quota: Option<Quota>,
+        headers: Headers,
+        policy: Arc<PolicyName>,
+    },
+    /// Every policy of a [`PolicyLayer`](super::PolicyLayer), in order.
+    Many {
+        headers: Headers,
+        items: Vec<(Arc<PolicyName>, Decision, Option<Quota>)>,
+    },
 }
 
 pub(super) fn with_fields<B>(
     mut response: Response<B>,
     fields: Option<Box<Fields>>,
 ) -> Response<B> {
-    if let Some(f) = fields {
-        fields::write(
+    match fields.map(|f| *f) {
+        None => {}
+        Some(Fields::One {
+            decision,
+            quota,
+            headers,
+            policy,
+        }) => fields::write(
             response.headers_mut(),
-            f.headers,
-            &f.policy,
-            &f.decision,
-            f.quota.as_ref(),
-        );
+            headers,
+            &policy,
+            &decision,
+            quota.as_ref(),
+        ),
+        Some(Fields::Many { headers, items }) => {
+            fields::write_many(response.headers_mut(), headers, &items);
+        }
     }
     response
 }

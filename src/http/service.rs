@@ -13,7 +13,7 @@ use bytes::Bytes;
 use tower_service::Service;
 
 use super::backend::{Backend, Checked};
-use super::key::{KeyExtractor, RequestHead};
+use super::key::{KeyError, KeyExtractor, MissingKey, RequestHead};
 use crate::decision::Decision;
 
 /// The service a [`RateLimitLayer`] makes.
@@ -61,10 +61,16 @@ where
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let config = &*self.config;
         let head = RequestHead::of(&request);
+        if config.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
+            return ResponseFuture::inner(self.inner.call(request), None);
+        }
         let key = match config.extractor.extract(&head) {
             Ok(key) => key,
             // In shadow mode the request goes on: only a limit is being watched.
             Err(_) if config.shadow => {
+                return ResponseFuture::inner(self.inner.call(request), None);
+            }
+            Err(KeyError::MissingHeader(_)) if config.missing == MissingKey::Skip => {
                 return ResponseFuture::inner(self.inner.call(request), None);
             }
             Err(e) => return ResponseFuture::answer(config.key_error(&e)),

@@ -118,3 +118,4 @@ fn key_of<X: KeyExtractor>(x: &X, request: &Request<()>) -> Result<X::Key, KeyEr
 mod answers;
 mod keys;
 mod modes;
+mod policies;

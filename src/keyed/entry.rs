@@ -38,6 +38,13 @@ impl<L: KeyedLimiter> KeyEntry<L> {
         }
     }
 
+    /// Gives back `n` tokens of an admission on this entry that was never used (another policy
+    /// of the same request refused), never past full; nothing on a retired entry.
+    pub(super) fn give_back(&self, n: u32, retired: Option<&Retired>) {
+        self.limiter
+            .give_back_state(&self.state, n, retired.map(Retired::flag));
+    }
+
     /// The state word, taken out of use: where checks run beside the change, the entry is retired
     /// first, and every admission made on it is in the word returned; where the change holds the
     /// entry exclusively, the word is read.

@@ -555,4 +555,17 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     pub fn max_keys(&self) -> usize {
         self.max_keys
     }
+
+    /// Gives back `n` tokens that `key` was admitted moments ago and never used (another policy
+    /// of the same request refused it), never past full; nothing if the key is gone or moving
+    /// to another quota (which can only under-admit).
+    pub(crate) fn give_back_key<Q>(&self, key: &Q, n: u32)
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let _ = self
+            .store
+            .with_existing(key, |entry, retired| entry.give_back(n, retired));
+    }
 }

@@ -70,6 +70,12 @@ pub(crate) mod engine {
         /// never used, never past full ([`Sharded`](crate::Sharded)'s gather, undone half-way).
         fn give_back(&self, n: u32);
 
+        /// [`KeyedEngine::give_back`] on `state` instead of the limiter's own word: `n` tokens
+        /// of a key's admission that another policy of the same request refused, never past
+        /// full. On an entry a change has retired (`retired` set) nothing is given back: the
+        /// change carried the word with the tokens taken, which can only under-admit.
+        fn give_back_state(&self, state: &KeyState, n: u32, retired: Option<&AtomicBool>);
+
         /// The limiter's clock, read now, in nanoseconds.
         fn now_ns(&self) -> u64;
 
@@ -126,6 +132,19 @@ pub(crate) mod engine {
 
         fn give_back(&self, n: u32) {
             Limiter::give_back(self, n)
+        }
+
+        fn give_back_state(&self, state: &KeyState, n: u32, retired: Option<&AtomicBool>) {
+            let now = self.reading();
+            state.0.update(|word| {
+                if retired.is_some_and(is_retired) {
+                    return Step::Keep(());
+                }
+                match self.algorithm().give_back(word, now, n) {
+                    Some(new) => Step::Store((), new),
+                    None => Step::Keep(()),
+                }
+            });
         }
 
         fn now_ns(&self) -> u64 {

@@ -1,0 +1,456 @@
+//! [`PolicyLayer`]: several policies on one request (per client, per API key, global), decided
+//! all or nothing and told in one set of fields.
+//!
+//! Each policy has its own key source and its own [`Keyed`] table. A request is checked against
+//! every policy in order; if any refuses, the tokens the others took are given back before the
+//! answer is written, so a refusal by one policy spends nothing from the others. Between the take
+//! and the give-back a concurrent request may find those tokens taken: that errs towards refusing,
+//! never towards admitting.
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::hash::Hash;
+use core::task::{Context, Poll};
+
+use ::http::{HeaderMap, Request, Response, StatusCode};
+use bytes::Bytes;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::fields::{self, Headers, PolicyName, Problem};
+use super::future::ResponseFuture;
+use super::key::{KeyError, KeyExtractor, MissingKey, RequestHead};
+use super::layer::{CostFn, ExemptFn};
+use super::policy::{Fields, key_error};
+use crate::decision::{DecidedBy, Decision};
+use crate::keyed::table::Keyed;
+use crate::keyed::{KeyEntry, KeyedStore};
+use crate::limiter::shared::KeyedLimiter;
+use crate::quota::{InsufficientCapacity, Quota};
+
+/// One policy of a [`PolicyLayer`]: a name, a key source and the [`Keyed`] table that holds its
+/// quota per key.
+///
+/// ```
+/// use atomic_limiter::http::{GlobalKey, HeaderKey, MissingKey, PeerIp, Policy};
+/// use atomic_limiter::{Keyed, Quota};
+/// use http::HeaderName;
+///
+/// let per_client = Policy::new("per-client", PeerIp::new(), Keyed::gcra(Quota::per_second(5), 100_000));
+/// let per_key = Policy::new(
+///     "per-key",
+///     HeaderKey::new(HeaderName::from_static("x-api-key")),
+///     Keyed::gcra(Quota::per_minute(600), 100_000),
+/// )
+/// .missing_key(MissingKey::Skip);
+/// let global = Policy::new("global", GlobalKey, Keyed::gcra(Quota::per_second(1000), 1));
+/// # let _ = (per_client, per_key, global);
+/// ```
+pub struct Policy {
+    name: Arc<PolicyName>,
+    missing: MissingKey,
+    check: Box<dyn PolicyCheck>,
+}
+
+impl core::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Policy")
+            .field("name", &self.name)
+            .field("missing", &self.missing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Policy {
+    /// The policy `name` (as the fields and the problem body name it; characters outside
+    /// printable ASCII dropped): each request's key taken by `key`, and held to `table`.
+    ///
+    /// A global policy is [`GlobalKey`](super::GlobalKey) on a table of one key.
+    pub fn new<X, L, M>(name: &str, key: X, table: Keyed<X::Key, L, M>) -> Policy
+    where
+        X: KeyExtractor,
+        L: KeyedLimiter + 'static,
+        M: KeyedStore<X::Key, KeyEntry<L>> + Send + Sync + 'static,
+    {
+        Policy::shared(name, key, Arc::new(table))
+    }
+
+    /// [`Policy::new`] on a table shared with other code (to inspect it, or to check it by hand
+    /// elsewhere as well).
+    pub fn shared<X, L, M>(name: &str, key: X, table: Arc<Keyed<X::Key, L, M>>) -> Policy
+    where
+        X: KeyExtractor,
+        L: KeyedLimiter + 'static,
+        M: KeyedStore<X::Key, KeyEntry<L>> + Send + Sync + 'static,
+    {
+        Policy {
+            name: Arc::new(PolicyName::new(name)),
+            missing: MissingKey::Reject,
+            check: Box::new(Table { key, table }),
+        }
+    }
+
+    /// What to do with a request whose key header is absent: answer `400`
+    /// ([`MissingKey::Reject`], the default) or leave this policy out of the request's decision
+    /// ([`MissingKey::Skip`]). A shared key for such requests is the extractor's to give
+    /// ([`HeaderKey::shared_when_missing`](super::HeaderKey::shared_when_missing)).
+    pub fn missing_key(mut self, missing: MissingKey) -> Policy {
+        self.missing = missing;
+        self
+    }
+}
+
+/// A policy's check with its key type erased, so that one layer holds policies keyed apart.
+trait PolicyCheck: Send + Sync + 'static {
+    /// Takes `cost` for the request's key: the answer and the quota the key is held to.
+    fn check(&self, head: &RequestHead<'_>, cost: u32) -> Result<Checked, KeyError>;
+
+    /// Gives back `cost` taken by [`PolicyCheck::check`] for the same request; then the key's
+    /// figures, read without taking.
+    fn give_back(&self, head: &RequestHead<'_>, cost: u32) -> Option<Decision>;
+}
+
+struct Checked {
+    answer: Result<Decision, InsufficientCapacity>,
+    quota: Quota,
+}
+
+struct Table<X: KeyExtractor, L, M> {
+    key: X,
+    table: Arc<Keyed<X::Key, L, M>>,
+}
+
+impl<X, L, M> PolicyCheck for Table<X, L, M>
+where
+    X: KeyExtractor,
+    X::Key: Hash + Eq + Clone,
+    L: KeyedLimiter + 'static,
+    M: KeyedStore<X::Key, KeyEntry<L>> + Send + Sync + 'static,
+{
+    fn check(&self, head: &RequestHead<'_>, cost: u32) -> Result<Checked, KeyError> {
+        let key = self.key.extract(head)?;
+        let answer = self.table.check_key_n(&key, cost);
+        Ok(Checked {
+            answer,
+            quota: self.table.quota_of(&key),
+        })
+    }
+
+    fn give_back(&self, head: &RequestHead<'_>, cost: u32) -> Option<Decision> {
+        // The extractors are pure functions of the head: the same key as the check's.
+        let key = self.key.extract(head).ok()?;
+        self.table.give_back_key(&key, cost);
+        self.table.check_key_n(&key, 0).ok()
+    }
+}
+
+/// What every clone of a [`PolicyLayer`] and its services shares.
+struct Config {
+    policies: Vec<Policy>,
+    headers: Headers,
+    on_allowed: bool,
+    problem: bool,
+    exempt: Option<ExemptFn>,
+    cost: Option<CostFn>,
+}
+
+/// A [`Layer`] that checks each request against several [`Policy`]s, all or nothing: admitted
+/// only if every policy admits, and then spent from each; refused if any refuses, and then
+/// nothing is spent from any.
+///
+/// A refusal is answered `429` (`503` when the refusing policies are all out of table room);
+/// it carries every policy checked in `RateLimit-Policy` and `RateLimit` as the draft's lists
+/// (draft-ietf-httpapi-ratelimit-headers), the `Retry-After` of the refusing policy that waits
+/// longest, and with [`problem_json`](PolicyLayerBuilder::problem_json) a body whose
+/// `violated-policies` names every policy that refused.
+///
+/// ```
+/// use atomic_limiter::http::{GlobalKey, HeaderKey, MissingKey, PeerIp, Policy, PolicyLayer};
+/// use atomic_limiter::{Keyed, Quota};
+/// use http::HeaderName;
+///
+/// let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+/// let limits = PolicyLayer::builder()
+///     .policy(Policy::new("per-client", PeerIp::new(), Keyed::gcra(Quota::per_second(5), 100_000)))
+///     .policy(Policy::new("per-key", api_key, Keyed::gcra(Quota::per_minute(600), 100_000)).missing_key(MissingKey::Skip))
+///     .policy(Policy::new("global", GlobalKey, Keyed::gcra(Quota::per_second(1000), 1)))
+///     .build();
+/// # let _ = limits;
+/// ```
+#[derive(Clone)]
+pub struct PolicyLayer {
+    config: Arc<Config>,
+}
+
+impl core::fmt::Debug for PolicyLayer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PolicyLayer")
+            .field("policies", &self.config.policies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyLayer {
+    /// A builder with no policy yet, IETF fields on refusals, empty bodies and a cost of 1.
+    pub fn builder() -> PolicyLayerBuilder {
+        PolicyLayerBuilder {
+            config: Config {
+                policies: Vec::new(),
+                headers: Headers::Ietf,
+                on_allowed: false,
+                problem: false,
+                exempt: None,
+                cost: None,
+            },
+        }
+    }
+}
+
+/// Builds a [`PolicyLayer`].
+pub struct PolicyLayerBuilder {
+    config: Config,
+}
+
+impl core::fmt::Debug for PolicyLayerBuilder {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PolicyLayerBuilder")
+            .field("policies", &self.config.policies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyLayerBuilder {
+    /// Adds a policy; policies are checked, and listed in the fields, in the order added.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.config.policies.push(policy);
+        self
+    }
+
+    /// Which rate-limit fields responses carry ([`Headers::Ietf`] by default).
+    pub fn headers(mut self, headers: Headers) -> Self {
+        self.config.headers = headers;
+        self
+    }
+
+    /// Whether admitted responses carry the fields too (refusals always do); off by default.
+    pub fn headers_on_allowed(mut self, on: bool) -> Self {
+        self.config.on_allowed = on;
+        self
+    }
+
+    /// Whether refusals carry an `application/problem+json` body; off by default.
+    pub fn problem_json(mut self, on: bool) -> Self {
+        self.config.problem = on;
+        self
+    }
+
+    /// Requests for which `exempt` is true go through unchecked (none by default), as
+    /// [`RateLimitLayerBuilder::exempt`](super::RateLimitLayerBuilder::exempt).
+    pub fn exempt(
+        mut self,
+        exempt: impl Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.config.exempt = Some(Box::new(exempt));
+        self
+    }
+
+    /// The tokens a request costs in every policy (1 by default; 0 only looks).
+    pub fn cost(mut self, cost: impl Fn(&RequestHead<'_>) -> u32 + Send + Sync + 'static) -> Self {
+        self.config.cost = Some(Box::new(cost));
+        self
+    }
+
+    /// The layer.
+    pub fn build(self) -> PolicyLayer {
+        PolicyLayer {
+            config: Arc::new(self.config),
+        }
+    }
+}
+
+impl<S> Layer<S> for PolicyLayer {
+    type Service = PolicyService<S>;
+
+    fn layer(&self, inner: S) -> PolicyService<S> {
+        PolicyService {
+            inner,
+            config: self.config.clone(),
+        }
+    }
+}
+
+/// The service a [`PolicyLayer`] makes.
+#[derive(Clone)]
+pub struct PolicyService<S> {
+    inner: S,
+    config: Arc<Config>,
+}
+
+impl<S> core::fmt::Debug for PolicyService<S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PolicyService").finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for PolicyService<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: From<Bytes>,
+{
+    type Response = Response<ResB>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, ResB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Never pending on a quota: a refusal is an answer, not back-pressure.
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        match self.config.decide(&RequestHead::of(&request)) {
+            Ok(fields) => ResponseFuture::inner(self.inner.call(request), fields),
+            Err(answer) => ResponseFuture::answer(answer),
+        }
+    }
+}
+
+/// One policy's part in a request's decision.
+struct Part<'a> {
+    policy: &'a Policy,
+    answer: Result<Decision, InsufficientCapacity>,
+    quota: Quota,
+}
+
+impl Config {
+    /// The request's decision over every policy: `Ok` with the fields for its response, or the
+    /// layer's answer.
+    fn decide<B: From<Bytes>>(
+        &self,
+        head: &RequestHead<'_>,
+    ) -> Result<Option<Box<Fields>>, Box<Response<B>>> {
+        if self.exempt.as_ref().is_some_and(|exempt| exempt(head)) {
+            return Ok(None);
+        }
+        let cost = self.cost.as_ref().map_or(1, |cost| cost(head));
+        let mut parts: Vec<Part<'_>> = Vec::with_capacity(self.policies.len());
+        for policy in &self.policies {
+            match policy.check.check(head, cost) {
+                Ok(Checked { answer, quota }) => parts.push(Part {
+                    policy,
+                    answer,
+                    quota,
+                }),
+                Err(KeyError::MissingHeader(_)) if policy.missing == MissingKey::Skip => {}
+                Err(error) => {
+                    self.give_back(head, cost, &mut parts);
+                    return Err(key_error(&error));
+                }
+            }
+        }
+        let refused = |part: &Part<'_>| !part.answer.as_ref().is_ok_and(Decision::is_allowed);
+        if !parts.iter().any(refused) {
+            if !self.on_allowed || self.headers == Headers::None {
+                return Ok(None);
+            }
+            return Ok(Some(Box::new(self.fields(&parts))));
+        }
+        // Refused by some: every refusal is named, and nothing is spent from the others.
+        let violated: Vec<&PolicyName> = parts
+            .iter()
+            .filter(|p| refused(p))
+            .map(|p| &*p.policy.name)
+            .collect();
+        let too_costly = parts.iter().find_map(|p| p.answer.as_ref().err().copied());
+        let refusals = || {
+            parts
+                .iter()
+                .filter_map(|p| p.answer.as_ref().ok())
+                .filter(|d| !d.is_allowed())
+        };
+        let unavailable =
+            |d: &Decision| d.is_table_full() || d.decided_by() == DecidedBy::FailClosed;
+        let status = if too_costly.is_none() && refusals().all(unavailable) {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        let retry_secs = refusals()
+            .map(Decision::retry_after_secs)
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        self.give_back(head, cost, &mut parts);
+        let mut out = HeaderMap::new();
+        let problem = match too_costly {
+            // No `Retry-After`: no wait makes this request pass.
+            Some(e) => Problem::TooCostly {
+                cost: e.requested,
+                burst: e.burst,
+            },
+            None => {
+                fields::retry_after_secs(&mut out, retry_secs);
+                if status == StatusCode::SERVICE_UNAVAILABLE {
+                    Problem::ReducedCapacity { retry_secs }
+                } else {
+                    Problem::QuotaExceeded { retry_secs }
+                }
+            }
+        };
+        if too_costly.is_none() && status == StatusCode::TOO_MANY_REQUESTS {
+            if let Fields::Many { headers, items } = self.fields(&parts) {
+                fields::write_many(&mut out, headers, &items);
+            }
+        }
+        Err(self.answer(status, problem, &violated, out))
+    }
+
+    /// Gives back what the admitting policies took, and puts their figures after it in place of
+    /// the admissions.
+    fn give_back(&self, head: &RequestHead<'_>, cost: u32, parts: &mut [Part<'_>]) {
+        for part in parts.iter_mut() {
+            if part.answer.as_ref().is_ok_and(Decision::is_allowed) {
+                if let Some(now) = part.policy.check.give_back(head, cost) {
+                    part.answer = Ok(now);
+                }
+            }
+        }
+    }
+
+    fn fields(&self, parts: &[Part<'_>]) -> Fields {
+        Fields::Many {
+            headers: self.headers,
+            items: parts
+                .iter()
+                .filter_map(|p| {
+                    let decision = *p.answer.as_ref().ok()?;
+                    Some((p.policy.name.clone(), decision, Some(p.quota)))
+                })
+                .collect(),
+        }
+    }
+
+    fn answer<B: From<Bytes>>(
+        &self,
+        status: StatusCode,
+        problem: Problem,
+        violated: &[&PolicyName],
+        headers: HeaderMap,
+    ) -> Box<Response<B>> {
+        let body = if self.problem {
+            Bytes::from(fields::problem_json_of(problem, violated))
+        } else {
+            Bytes::new()
+        };
+        let mut response = Response::new(B::from(body));
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        if self.problem {
+            response.headers_mut().insert(
+                ::http::header::CONTENT_TYPE,
+                ::http::HeaderValue::from_static("application/problem+json"),
+            );
+        }
+        Box::new(response)
+    }
+}
