@@ -15,6 +15,9 @@ export CI="${CI:-true}"
 cargo test --features tower,axum --lib http
 cargo test --features tower,axum,redis --test http
 cargo test --features tower,axum --test http_proxy
+# gRPC answers against a real tonic server and client (its own crate: tonic stays out of the
+# main workspace's builds).
+(cd grpc-tests && cargo test --target-dir ../target/grpc-tests)
 cargo bench --bench http --features tower,axum --no-run
 
 # The README's exchange: five admitted, the sixth refused with a Retry-After of one second.

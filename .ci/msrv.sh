@@ -27,5 +27,6 @@ fi
 if have "$redis_msrv"; then
     cargo "+$redis_msrv" check --lib --features redis --target-dir target/msrv
     cargo "+$redis_msrv" check --lib --features redis-tls --target-dir target/msrv
-    echo "Rust $redis_msrv builds the library with the redis and redis-tls features"
+    cargo "+$redis_msrv" check --lib --features grpc --target-dir target/msrv
+    echo "Rust $redis_msrv builds the library with the redis, redis-tls and grpc features"
 fi

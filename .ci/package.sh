@@ -3,7 +3,7 @@
 # development tooling (see `include` in Cargo.toml).
 set -euo pipefail
 cargo package --allow-dirty --no-verify --list > target/package-list.txt
-if grep -E '^(fuzz|loom-tests|\.ci|scripts|benches|tests)/' target/package-list.txt; then
+if grep -E '^(fuzz|loom-tests|grpc-tests|\.ci|scripts|benches|tests)/' target/package-list.txt; then
     echo "development tooling in the package" >&2
     exit 1
 fi

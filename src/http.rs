@@ -64,6 +64,8 @@
 mod backend;
 mod fields;
 mod future;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod key;
 mod layer;
 mod policies;

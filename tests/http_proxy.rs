@@ -8,6 +8,9 @@
 #[path = "common/nginx.rs"]
 mod nginx;
 
+#[path = "common/axum_serve.rs"]
+mod axum_serve;
+
 use std::net::{IpAddr, SocketAddr};
 
 use atomic_limiter::http::{ForwardedIp, IpKey, ProxyHeader, RateLimitLayer};
@@ -27,13 +30,7 @@ async fn server(header: ProxyHeader) -> SocketAddr {
     let app = Router::new()
         .route("/", get(|| async { "hello\n" }))
         .layer(RateLimitLayer::new(trusted, table));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let service = app.into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(listener, service).await.unwrap();
-    });
-    addr
+    axum_serve::serve(app).await
 }
 
 /// A client whose connections come from `source`.

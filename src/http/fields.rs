@@ -278,12 +278,20 @@ pub(crate) fn retry_after_secs(out: &mut HeaderMap, secs: u64) {
 /// The kinds of problem the layer answers with.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Problem {
-    /// 429: the key is over its quota.
-    QuotaExceeded { retry_secs: u64 },
+    /// 429: the key is over its quota; `retry` is the exact wait, `retry_secs` it rounded up.
+    QuotaExceeded {
+        retry_secs: u64,
+        #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+        retry: Duration,
+    },
     /// 429: the request costs more than the quota ever holds at once.
     TooCostly { cost: u32, burst: u32 },
     /// 503: the table of keys is full, or the store is down and the policy refuses.
-    ReducedCapacity { retry_secs: u64 },
+    ReducedCapacity {
+        retry_secs: u64,
+        #[cfg_attr(not(feature = "grpc"), allow(dead_code))]
+        retry: Duration,
+    },
 }
 
 /// The `application/problem+json` body (RFC 9457), with the draft's problem types.
@@ -312,7 +320,7 @@ pub(crate) fn problem_json_of(problem: Problem, violated: &[&PolicyName]) -> Str
         "{{\"type\":\"{BASE}{kind}\",\"title\":\"{title}\",\"status\":{status},\"detail\":\""
     );
     let _ = match problem {
-        Problem::QuotaExceeded { retry_secs } | Problem::ReducedCapacity { retry_secs } => {
+        Problem::QuotaExceeded { retry_secs, .. } | Problem::ReducedCapacity { retry_secs, .. } => {
             write!(body, "Retry in {retry_secs} s.")
         }
         Problem::TooCostly { cost, burst } => write!(

@@ -25,6 +25,8 @@ pub(super) struct Config<X, Be> {
     pub(super) headers: Headers,
     pub(super) on_allowed: bool,
     pub(super) problem: bool,
+    #[cfg(feature = "grpc")]
+    pub(super) grpc: bool,
     pub(super) shadow: bool,
     #[cfg(feature = "metrics")]
     pub(super) metrics: Option<crate::instrument::LimiterMetrics>,
@@ -33,6 +35,16 @@ pub(super) struct Config<X, Be> {
     pub(super) max_waiting: usize,
     /// Requests asleep in the delay mode now.
     pub(super) waiting: AtomicUsize,
+}
+
+impl<X, Be> Config<X, Be> {
+    /// Whether the exemption picks `request`: out of line, so that a layer without one pays a
+    /// load and a branch on its admitted path, and builds no head for it.
+    #[inline(never)]
+    pub(super) fn is_exempt<B>(&self, request: &::http::Request<B>) -> bool {
+        let head = RequestHead::of(request);
+        self.exempt.as_ref().is_some_and(|exempt| exempt(&head))
+    }
 }
 
 /// Builds a [`RateLimitLayer`]: the key, the backend, and how answers are written.
@@ -65,6 +77,17 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayerBuilder<X, Be> {
     /// `quota-exceeded` and `temporary-reduced-capacity` types); off by default (empty body).
     pub fn problem_json(mut self, on: bool) -> Self {
         self.config.problem = on;
+        self
+    }
+
+    /// Answers as gRPC statuses (feature `grpc`; off by default), for a tonic service: a refusal
+    /// is `RESOURCE_EXHAUSTED` with the wait as `google.rpc.RetryInfo` in the status details, a
+    /// full key table or a store down under a fail-closed policy `UNAVAILABLE`, a missing key
+    /// `INVALID_ARGUMENT`; the rate-limit fields ride along as metadata. A tonic client reads the
+    /// wait back with `tonic_types::StatusExt::get_details_retry_info`.
+    #[cfg(feature = "grpc")]
+    pub fn grpc(mut self, on: bool) -> Self {
+        self.config.grpc = on;
         self
     }
 
@@ -194,6 +217,8 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayer<X, Be> {
                 headers: Headers::Ietf,
                 on_allowed: false,
                 problem: false,
+                #[cfg(feature = "grpc")]
+                grpc: false,
                 shadow: false,
                 #[cfg(feature = "metrics")]
                 metrics: None,

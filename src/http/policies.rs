@@ -151,6 +151,8 @@ struct Config {
     headers: Headers,
     on_allowed: bool,
     problem: bool,
+    #[cfg(feature = "grpc")]
+    grpc: bool,
     exempt: Option<ExemptFn>,
     cost: Option<CostFn>,
 }
@@ -200,6 +202,8 @@ impl PolicyLayer {
                 headers: Headers::Ietf,
                 on_allowed: false,
                 problem: false,
+                #[cfg(feature = "grpc")]
+                grpc: false,
                 exempt: None,
                 cost: None,
             },
@@ -242,6 +246,14 @@ impl PolicyLayerBuilder {
     /// Whether refusals carry an `application/problem+json` body; off by default.
     pub fn problem_json(mut self, on: bool) -> Self {
         self.config.problem = on;
+        self
+    }
+
+    /// Answers as gRPC statuses (feature `grpc`), as
+    /// [`RateLimitLayerBuilder::grpc`](super::RateLimitLayerBuilder::grpc).
+    #[cfg(feature = "grpc")]
+    pub fn grpc(mut self, on: bool) -> Self {
+        self.config.grpc = on;
         self
     }
 
@@ -344,6 +356,10 @@ impl Config {
                 Err(KeyError::MissingHeader(_)) if policy.missing == MissingKey::Skip => {}
                 Err(error) => {
                     self.give_back(head, cost, &mut parts);
+                    #[cfg(feature = "grpc")]
+                    if self.grpc {
+                        return Err(super::grpc::key_error(&error));
+                    }
                     return Err(key_error(&error));
                 }
             }
@@ -375,6 +391,10 @@ impl Config {
         } else {
             StatusCode::TOO_MANY_REQUESTS
         };
+        let retry = refusals()
+            .map(Decision::retry_after)
+            .max()
+            .unwrap_or_default();
         let retry_secs = refusals()
             .map(Decision::retry_after_secs)
             .max()
@@ -391,9 +411,9 @@ impl Config {
             None => {
                 fields::retry_after_secs(&mut out, retry_secs);
                 if status == StatusCode::SERVICE_UNAVAILABLE {
-                    Problem::ReducedCapacity { retry_secs }
+                    Problem::ReducedCapacity { retry_secs, retry }
                 } else {
-                    Problem::QuotaExceeded { retry_secs }
+                    Problem::QuotaExceeded { retry_secs, retry }
                 }
             }
         };
@@ -437,6 +457,10 @@ impl Config {
         violated: &[&PolicyName],
         headers: HeaderMap,
     ) -> Box<Response<B>> {
+        #[cfg(feature = "grpc")]
+        if self.grpc {
+            return super::grpc::refusal(problem, headers);
+        }
         let body = if self.problem {
             Bytes::from(fields::problem_json_of(problem, violated))
         } else {

@@ -106,7 +106,8 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         let unavailable =
             decision.is_table_full() || decision.decided_by() == DecidedBy::FailClosed;
         if unavailable {
-            let problem = Problem::ReducedCapacity { retry_secs };
+            let retry = decision.retry_after();
+            let problem = Problem::ReducedCapacity { retry_secs, retry };
             return Verdict::Answer(self.answer(StatusCode::SERVICE_UNAVAILABLE, problem, out));
         }
         let quota = self.backend.quota(key);
@@ -117,7 +118,8 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
             &decision,
             quota.as_ref(),
         );
-        let problem = Problem::QuotaExceeded { retry_secs };
+        let retry = decision.retry_after();
+        let problem = Problem::QuotaExceeded { retry_secs, retry };
         Verdict::Answer(self.answer(StatusCode::TOO_MANY_REQUESTS, problem, out))
     }
 
@@ -128,6 +130,10 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         problem: Problem,
         headers: HeaderMap,
     ) -> Box<Response<B>> {
+        #[cfg(feature = "grpc")]
+        if self.grpc {
+            return super::grpc::refusal(problem, headers);
+        }
         let body = if self.problem {
             Bytes::from(fields::problem_json(problem, &self.policy))
         } else {
@@ -148,6 +154,10 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
     /// A request with no key: a setup mistake (no peer address) is the server's, a missing
     /// header the client's.
     pub(super) fn key_error<B: From<Bytes>>(&self, error: &KeyError) -> Box<Response<B>> {
+        #[cfg(feature = "grpc")]
+        if self.grpc {
+            return super::grpc::key_error(error);
+        }
         key_error(error)
     }
 

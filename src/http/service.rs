@@ -60,20 +60,13 @@ where
     #[inline]
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let config = &*self.config;
-        let head = RequestHead::of(&request);
-        if config.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
-            return ResponseFuture::inner(self.inner.call(request), None);
+        if config.exempt.is_some() && config.is_exempt(&request) {
+            return self.unchecked(request, None);
         }
+        let head = RequestHead::of(&request);
         let key = match config.extractor.extract(&head) {
             Ok(key) => key,
-            // In shadow mode the request goes on: only a limit is being watched.
-            Err(_) if config.shadow => {
-                return ResponseFuture::inner(self.inner.call(request), None);
-            }
-            Err(KeyError::MissingHeader(_)) if config.missing == MissingKey::Skip => {
-                return ResponseFuture::inner(self.inner.call(request), None);
-            }
-            Err(e) => return ResponseFuture::answer(config.key_error(&e)),
+            Err(e) => return self.unchecked(request, Some(e)),
         };
         let cost = config.cost.as_ref().map_or(1, |cost| cost(&head));
         // Admitted on the spot with nothing to add or count: the common path, all inline, and
@@ -111,6 +104,32 @@ where
 }
 
 impl<S, X, Be> RateLimitService<S, X, Be> {
+    /// A request let through unchecked (exempt, or its key missing where that is skipped or in
+    /// shadow mode), or answered for its missing key. Out of line, as [`Self::slow`]: every
+    /// call of the inner service inlined into `call` makes the common path's code larger.
+    #[inline(never)]
+    fn unchecked<ReqB, ResB>(
+        &mut self,
+        request: Request<ReqB>,
+        error: Option<KeyError>,
+    ) -> ResponseFuture<S::Future, ResB, S::Error>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>>,
+        ResB: From<Bytes>,
+        X: KeyExtractor,
+        Be: Backend<X::Key>,
+    {
+        let config = &*self.config;
+        match error {
+            // In shadow mode the request goes on: only a limit is being watched.
+            Some(_) if config.shadow => {}
+            Some(KeyError::MissingHeader(_)) if config.missing == MissingKey::Skip => {}
+            Some(e) => return ResponseFuture::answer(config.key_error(&e)),
+            None => {}
+        }
+        ResponseFuture::inner(self.inner.call(request), None)
+    }
+
     /// The path through an awaited backend or a delay, out of line: its future holds the request
     /// and the inner service by value, and built in `call` it made the common path copy them.
     #[inline(never)]
