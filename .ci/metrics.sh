@@ -11,6 +11,7 @@ fi
 cargo test --features metrics --test metrics
 cargo test --features metrics --doc instrument
 cargo test --features tower,axum,metrics --lib http::tests::modes::the_layer_counts_every_decision
+cargo test --features tower,axum,metrics --lib http::tests::policies::each_policy_counts_its_own_decisions
 
 cargo build --example prometheus --features metrics
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -51,6 +51,8 @@ pub struct Policy {
     name: Arc<PolicyName>,
     missing: MissingKey,
     check: Box<dyn PolicyCheck>,
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::instrument::LimiterMetrics>,
 }
 
 impl core::fmt::Debug for Policy {
@@ -88,7 +90,18 @@ impl Policy {
             name: Arc::new(PolicyName::new(name)),
             missing: MissingKey::Reject,
             check: Box::new(Table { key, table }),
+            #[cfg(feature = "metrics")]
+            metrics: None,
         }
+    }
+
+    /// Counts this policy's decisions in `metrics` (feature `metrics`): admitted, near the limit,
+    /// refused, a full table, shadowed. A request refused by another policy counts only where it
+    /// was refused: what this policy took for it was given back.
+    #[cfg(feature = "metrics")]
+    pub fn metrics(mut self, metrics: crate::instrument::LimiterMetrics) -> Policy {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// What to do with a request whose key header is absent: answer `400`
@@ -151,6 +164,7 @@ struct Config {
     headers: Headers,
     on_allowed: bool,
     problem: bool,
+    shadow: bool,
     #[cfg(feature = "grpc")]
     grpc: bool,
     exempt: Option<ExemptFn>,
@@ -202,6 +216,7 @@ impl PolicyLayer {
                 headers: Headers::Ietf,
                 on_allowed: false,
                 problem: false,
+                shadow: false,
                 #[cfg(feature = "grpc")]
                 grpc: false,
                 exempt: None,
@@ -246,6 +261,15 @@ impl PolicyLayerBuilder {
     /// Whether refusals carry an `application/problem+json` body; off by default.
     pub fn problem_json(mut self, on: bool) -> Self {
         self.config.problem = on;
+        self
+    }
+
+    /// Shadow mode (off by default): every request is decided, given back and counted as when
+    /// enforced, and then let through; with
+    /// [`headers_on_allowed`](Self::headers_on_allowed) its response carries the fields the
+    /// policies would give. A missing key is let through too.
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.config.shadow = on;
         self
     }
 
@@ -354,6 +378,7 @@ impl Config {
                     quota,
                 }),
                 Err(KeyError::MissingHeader(_)) if policy.missing == MissingKey::Skip => {}
+                Err(_) if self.shadow => {}
                 Err(error) => {
                     self.give_back(head, cost, &mut parts);
                     #[cfg(feature = "grpc")]
@@ -365,7 +390,17 @@ impl Config {
             }
         }
         let refused = |part: &Part<'_>| !part.answer.as_ref().is_ok_and(Decision::is_allowed);
-        if !parts.iter().any(refused) {
+        let refused_any = parts.iter().any(refused);
+        self.count(&parts, refused_any);
+        if self.shadow && refused_any {
+            // Given back as an enforced refusal would, then let through with what it would say.
+            self.give_back(head, cost, &mut parts);
+            for part in &mut parts {
+                let answer = core::mem::replace(&mut part.answer, Ok(Decision::never(0)));
+                part.answer = Ok(crate::shadow::shadowed(answer));
+            }
+        }
+        if self.shadow || !refused_any {
             if !self.on_allowed || self.headers == Headers::None {
                 return Ok(None);
             }
@@ -423,6 +458,29 @@ impl Config {
             }
         }
         Err(self.answer(status, problem, &violated, out))
+    }
+
+    /// Counts each policy's decision in its metrics, if it has any: a refusal where it refused
+    /// (shadowed in shadow mode), an admission only where the request goes through (one given
+    /// back is not an admission).
+    fn count(&self, parts: &[Part<'_>], refused_any: bool) {
+        #[cfg(feature = "metrics")]
+        for part in parts {
+            let Some(metrics) = &part.policy.metrics else {
+                continue;
+            };
+            match &part.answer {
+                Ok(d) if d.is_allowed() => {
+                    if self.shadow || !refused_any {
+                        metrics.record(d);
+                    }
+                }
+                Ok(d) if self.shadow => metrics.record(&d.shadow()),
+                Err(e) if self.shadow => metrics.record(&Decision::never(e.burst).shadow()),
+                answer => metrics.record_answer(answer),
+            }
+        }
+        let _ = (parts, refused_any);
     }
 
     /// Gives back what the admitting policies took, and puts their figures after it in place of

@@ -199,7 +199,7 @@ async fn shadow_mode_lets_everything_through_and_tells_what_the_limit_would_say(
 
 #[cfg(feature = "metrics")]
 #[path = "../../../tests/common/counters.rs"]
-mod counters;
+pub(super) mod counters;
 
 /// The layer counts what it acts on: admitted on the fast path, refused, a full table, a request
 /// above the burst, and in shadow mode what it let through.

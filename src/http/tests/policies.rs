@@ -339,3 +339,90 @@ fn an_ipv4_mapped_range_trusts_the_proxy_it_maps() {
     let request = with_header(from("11.0.0.1:1"), "x-forwarded-for", "203.0.113.9");
     assert_eq!(key_of(&wide, &request), Ok(ip("11.0.0.1")));
 }
+
+#[tokio::test]
+async fn in_shadow_mode_a_refusal_is_let_through_and_gives_back_as_enforced() {
+    let clock = ManualClock::new();
+    let per_client = table(Quota::per_second(1), 100, &clock);
+    let global = global_table(Quota::per_second(100), &clock);
+    let layer = PolicyLayer::builder()
+        .policy(Policy::shared("per-client", PeerIp::new(), per_client))
+        .policy(Policy::shared("global", GlobalKey, global.clone()))
+        .shadow(true)
+        .headers_on_allowed(true)
+        .build();
+    for _ in 0..5 {
+        assert_eq!(
+            send_to(&layer, from("192.0.2.1:1")).await.status(),
+            StatusCode::OK
+        );
+    }
+    // One admitted for real; the four shadowed refusals spent nothing of the global quota.
+    assert_eq!(global.check_key_n(&(), 0).unwrap().remaining(), 99);
+    let watched = send_to(&layer, from("192.0.2.1:1")).await;
+    let limits = sf_list(watched.headers(), "ratelimit");
+    assert_eq!(
+        param(&limits[0].1, "r"),
+        Some(0),
+        "what enforcing would say"
+    );
+}
+
+#[cfg(feature = "metrics")]
+use super::modes::counters;
+
+/// Each policy counts what it decided; in shadow mode its refusals count as shadowed.
+#[cfg(feature = "metrics")]
+#[tokio::test]
+async fn each_policy_counts_its_own_decisions() {
+    use crate::instrument::LimiterMetrics;
+    use metrics_util::debugging::DebuggingRecorder;
+    let recorder = DebuggingRecorder::new();
+    let clock = ManualClock::new();
+    let (layer, watch) = metrics::with_local_recorder(&recorder, || {
+        let layer = PolicyLayer::builder()
+            .policy(
+                Policy::shared(
+                    "per-client",
+                    PeerIp::new(),
+                    table(Quota::per_second(1), 9, &clock),
+                )
+                .metrics(LimiterMetrics::new("client")),
+            )
+            .policy(
+                Policy::shared(
+                    "global",
+                    GlobalKey,
+                    global_table(Quota::per_second(9), &clock),
+                )
+                .metrics(LimiterMetrics::new("global")),
+            )
+            .build();
+        let watch = PolicyLayer::builder()
+            .policy(
+                Policy::shared(
+                    "per-client",
+                    PeerIp::new(),
+                    table(Quota::per_second(1), 9, &clock),
+                )
+                .metrics(LimiterMetrics::new("watch")),
+            )
+            .shadow(true)
+            .build();
+        (layer, watch)
+    });
+    for _ in 0..3 {
+        send_to(&layer, from("192.0.2.1:1")).await;
+        send_to(&watch, from("192.0.2.1:1")).await;
+    }
+    let c = counters::counters(&recorder);
+    let get = |name: &str, labels: &str| counters::count(&c, name, labels);
+    assert_eq!(get("allowed_total", "limiter=client"), 1);
+    assert_eq!(get("denied_total", "limiter=client"), 2);
+    // The global policy admitted all three, and two were given back when the client's refused:
+    // only the one that went through is an admission.
+    assert_eq!(get("allowed_total", "limiter=global"), 1);
+    assert_eq!(get("denied_total", "limiter=global"), 0);
+    assert_eq!(get("denied_total", "limiter=watch"), 2);
+    assert_eq!(get("shadowed_total", "limiter=watch"), 2);
+}
