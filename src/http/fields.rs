@@ -295,12 +295,8 @@ pub(crate) enum Problem {
 }
 
 /// The `application/problem+json` body (RFC 9457), with the draft's problem types.
-pub(crate) fn problem_json(problem: Problem, policy: &PolicyName) -> String {
-    problem_json_of(problem, &[policy])
-}
-
-/// [`problem_json`] for a refusal by several policies, each named in `violated-policies`.
-pub(crate) fn problem_json_of(problem: Problem, violated: &[&PolicyName]) -> String {
+/// Every policy in `violated` is named in `violated-policies`.
+pub(crate) fn problem_json(problem: Problem, violated: &[&PolicyName]) -> String {
     const BASE: &str = "https://iana.org/assignments/http-problem-types#";
     let mut body = String::with_capacity(256);
     let (kind, title, status) = match problem {

@@ -22,7 +22,7 @@ use super::fields::{self, Headers, PolicyName, Problem};
 use super::future::ResponseFuture;
 use super::key::{KeyError, KeyExtractor, MissingKey, RequestHead};
 use super::layer::{CostFn, ExemptFn};
-use super::policy::{Fields, key_error};
+use super::policy::{Fields, key_error, written};
 use crate::decision::{DecidedBy, Decision};
 use crate::keyed::table::Keyed;
 use crate::keyed::{KeyEntry, KeyedStore};
@@ -516,23 +516,9 @@ impl Config {
         headers: HeaderMap,
     ) -> Box<Response<B>> {
         #[cfg(feature = "grpc")]
-        if self.grpc {
-            return super::grpc::refusal(problem, headers);
-        }
-        let body = if self.problem {
-            Bytes::from(fields::problem_json_of(problem, violated))
-        } else {
-            Bytes::new()
-        };
-        let mut response = Response::new(B::from(body));
-        *response.status_mut() = status;
-        *response.headers_mut() = headers;
-        if self.problem {
-            response.headers_mut().insert(
-                ::http::header::CONTENT_TYPE,
-                ::http::HeaderValue::from_static("application/problem+json"),
-            );
-        }
-        Box::new(response)
+        let grpc = self.grpc;
+        #[cfg(not(feature = "grpc"))]
+        let grpc = false;
+        written(status, problem, violated, headers, self.problem, grpc)
     }
 }

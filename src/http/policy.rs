@@ -131,24 +131,17 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         headers: HeaderMap,
     ) -> Box<Response<B>> {
         #[cfg(feature = "grpc")]
-        if self.grpc {
-            return super::grpc::refusal(problem, headers);
-        }
-        let body = if self.problem {
-            Bytes::from(fields::problem_json(problem, &self.policy))
-        } else {
-            Bytes::new()
-        };
-        let mut response = Response::new(B::from(body));
-        *response.status_mut() = status;
-        *response.headers_mut() = headers;
-        if self.problem {
-            response.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("application/problem+json"),
-            );
-        }
-        Box::new(response)
+        let grpc = self.grpc;
+        #[cfg(not(feature = "grpc"))]
+        let grpc = false;
+        written(
+            status,
+            problem,
+            &[&self.policy],
+            headers,
+            self.problem,
+            grpc,
+        )
     }
 
     /// A request with no key: a setup mistake (no peer address) is the server's, a missing
@@ -173,6 +166,38 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> Config<X, Be> {
         let nap = decision.retry_after().max(Duration::from_nanos(1));
         (waited.saturating_add(nap) <= max_wait).then_some(nap)
     }
+}
+
+/// A response a layer writes itself, for a refusal by the policies `violated`: a gRPC status
+/// when `grpc`, else `status` with `headers` and, when `problem_body`, the problem details.
+pub(super) fn written<B: From<Bytes>>(
+    status: StatusCode,
+    problem: Problem,
+    violated: &[&PolicyName],
+    headers: HeaderMap,
+    problem_body: bool,
+    grpc: bool,
+) -> Box<Response<B>> {
+    #[cfg(feature = "grpc")]
+    if grpc {
+        return super::grpc::refusal(problem, headers);
+    }
+    let _ = grpc;
+    let body = if problem_body {
+        Bytes::from(fields::problem_json(problem, violated))
+    } else {
+        Bytes::new()
+    };
+    let mut response = Response::new(B::from(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    if problem_body {
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+    }
+    Box::new(response)
 }
 
 /// The answer to a request with no key: a setup mistake (no peer address) is the server's
