@@ -61,32 +61,43 @@ use tower_layer::Layer;
 /// The parameters of the one member of a structured-field List, by name, as integers; and the
 /// member's String.
 fn sf_item(headers: &HeaderMap, name: &str) -> (String, Vec<(String, i64)>) {
-    let text = headers
-        .get(name)
-        .unwrap_or_else(|| panic!("no {name}"))
-        .to_str()
-        .unwrap();
-    let list: List = Parser::new(text)
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {text:?} is not a structured-field List: {e}"));
-    assert_eq!(list.len(), 1, "{name}: {text}");
-    let ListEntry::Item(item) = &list[0] else {
-        panic!("{name}: {text}: an inner list")
-    };
-    let BareItem::String(id) = &item.bare_item else {
-        panic!("{name}: {text}: the member is not a String")
-    };
-    let params = item
-        .params
+    let mut list = sf_list(headers, name);
+    assert_eq!(list.len(), 1, "{name}: {list:?}");
+    list.remove(0)
+}
+
+/// Every member of a structured-field List: its String and its Integer parameters.
+fn sf_list(headers: &HeaderMap, name: &str) -> Vec<(String, Vec<(String, i64)>)> {
+    let text: Vec<&str> = headers
+        .get_all(name)
         .iter()
-        .map(|(k, v)| {
-            let BareItem::Integer(i) = v else {
-                panic!("{name}: {text}: {} is not an Integer", k.as_str())
-            };
-            (k.as_str().to_owned(), i64::from(*i))
-        })
+        .map(|v| v.to_str().unwrap())
         .collect();
-    (id.as_str().to_owned(), params)
+    let text = text.join(", ");
+    let list: List = Parser::new(&text)
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}: {text:?}: {e}"));
+    list.iter()
+        .map(|entry| {
+            let ListEntry::Item(item) = entry else {
+                panic!("{name}: an inner list")
+            };
+            let BareItem::String(id) = &item.bare_item else {
+                panic!("{name}: not a String")
+            };
+            let params = item
+                .params
+                .iter()
+                .map(|(k, v)| {
+                    let BareItem::Integer(i) = v else {
+                        panic!("{name}: {text}: {} is not an Integer", k.as_str())
+                    };
+                    (k.as_str().to_owned(), i64::from(*i))
+                })
+                .collect();
+            (id.as_str().to_owned(), params)
+        })
+        .collect()
 }
 
 fn param(params: &[(String, i64)], name: &str) -> Option<i64> {

@@ -15,38 +15,6 @@ async fn send_to(layer: &PolicyLayer, request: Request<()>) -> Response<Bytes> {
     Response::from_parts(parts, body)
 }
 
-/// Every member of a structured-field List: its String and its Integer parameters.
-fn sf_list(headers: &HeaderMap, name: &str) -> Vec<(String, Vec<(String, i64)>)> {
-    let text: Vec<&str> = headers
-        .get_all(name)
-        .iter()
-        .map(|v| v.to_str().unwrap())
-        .collect();
-    let text = text.join(", ");
-    let list: List = Parser::new(&text)
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {text:?}: {e}"));
-    list.iter()
-        .map(|entry| {
-            let ListEntry::Item(item) = entry else {
-                panic!("{name}: an inner list")
-            };
-            let BareItem::String(id) = &item.bare_item else {
-                panic!("{name}: not a String")
-            };
-            let params = item
-                .params
-                .iter()
-                .map(|(k, v)| {
-                    let BareItem::Integer(i) = v else { panic!() };
-                    (k.as_str().to_owned(), i64::from(*i))
-                })
-                .collect();
-            (id.as_str().to_owned(), params)
-        })
-        .collect()
-}
-
 fn key_table(quota: Quota, clock: &ManualClock) -> Arc<Table<Vec<u8>>> {
     Arc::new(Keyed::gcra_with_clock(quota, 1000, clock.clone()))
 }
