@@ -18,8 +18,9 @@
 -- A TAT written under another quota is carried over when the subject is next seen (no pass over
 -- every subject could keep up with live calls): as time, its remainder rescaled to this call's
 -- units, rounded up; or as the share of the old window in use then, rounded up in this call's
--- units, a debt past the whole old window counting as an empty limit. A share is carried once:
--- the carried state is written, a refusal or a peek included.
+-- units, a debt past the whole old window counting as an empty limit. Either is carried once:
+-- the carried state is written, a refusal or a peek included, so that a subject rounds once per
+-- quota it is seen under, as a local limiter rounds once per change.
 --
 -- Reply: { allowed (1 or 0; 2 when n exceeds a limit's burst), granted, remaining, retry_us
 -- (rounded up), reset_us (rounded up), index of the limit that binds (or whose burst n exceeds) }.
@@ -79,7 +80,8 @@ local count = #KEYS
 local L = {}
 local grant = n
 
--- Limits whose state was carried over as a share, to be written whatever the decision.
+-- Limits whose state was carried over (as a share, or as time into other units), to be written
+-- whatever the decision.
 local carried = {}
 
 for i = 1, count do
@@ -95,6 +97,7 @@ for i = 1, count do
   local stored = redis.call('GET', KEYS[i])
   if stored and (#stored == 16 or #stored == 24 or #stored == 40) then
     local us, rem, from, old_token, old_burst = 0, 0, d, token, burst
+    local rescaled = false
     if #stored == 40 then
       us, rem, from, old_token, old_burst = struct.unpack('ddddd', stored)
     elseif #stored == 24 then
@@ -123,9 +126,11 @@ for i = 1, count do
       if rem >= d then
         us, rem = us + 1, rem - d
       end
+      rescaled = true
     end
     local du = us - now
     if du > 0 or (du == 0 and rem > 0) then
+      if rescaled then carried[i] = true end
       -- Further ahead than any write leaves, unless the server's clock stepped back by weeks:
       -- refuse, with waits rounded up past the true ones.
       if du >= math.floor(4503599627370496 / d) then
@@ -173,7 +178,7 @@ for i = 1, count do
     redis.call('SET', KEYS[i], struct.pack('ddddd', L[o - 2] + whole, rem - whole * d, d, token,
       L[o]), 'PX', expiry(after, d))
   elseif carried[i] then
-    -- A share carried over is written once, so that it is not taken again from a later reading.
+    -- A carried state is written once, so that it is not carried again from a later reading.
     redis.call('SET', KEYS[i], struct.pack('ddddd', L[o - 2], L[o - 1], d, token, L[o]),
       'PX', expiry(ahead, d))
   end
