@@ -87,7 +87,7 @@ mod cluster;
 mod lease;
 mod leased;
 mod node;
-mod remote;
+pub(crate) mod remote;
 mod script;
 mod sentinel;
 mod store;
@@ -349,9 +349,16 @@ pub enum RedisConfigError {
         /// The limit's name.
         limit: String,
     },
-    /// No limit has this name ([`RedisGcra::set_quota`]).
+    /// No limit has this name ([`RedisGcra::set_quota`], or an HTTP policy on the limiter).
     UnknownLimit {
         /// The name asked for.
+        limit: String,
+    },
+    /// An HTTP policy on a limiter whose store is a Redis Cluster: one request's policies key
+    /// different subjects, whose keys lie in different slots, so no one script can decide them
+    /// together.
+    PoliciesOnCluster {
+        /// The policy's limit.
         limit: String,
     },
 }
@@ -364,6 +371,10 @@ impl fmt::Display for RedisConfigError {
                 write!(f, "two limits are named `{limit}`")
             }
             RedisConfigError::UnknownLimit { limit } => write!(f, "no limit is named `{limit}`"),
+            RedisConfigError::PoliciesOnCluster { limit } => write!(
+                f,
+                "limit `{limit}`: HTTP policies need one server or Sentinel, not a cluster, to decide a request's subjects in one script"
+            ),
             RedisConfigError::WindowTooLong { limit } => write!(
                 f,
                 "limit `{limit}`: a full burst spans more time than the script keeps exact (26 days at most)"

@@ -376,4 +376,170 @@ mod redis_backend {
         // The burst of 10, and at most a token more in the second the test takes.
         assert!((10..=11).contains(&admitted), "{admitted}");
     }
+
+    /// Redis policies in one layer, on two nodes: a per-key and a global limit on one limiter,
+    /// decided in one script all or nothing, after a local per-client policy. A refusal by the
+    /// per-key limit spends nothing from the global one (the other key then gets exactly what
+    /// is left of it), names only the policy that refused, and lists every policy in the
+    /// fields; a local refusal spends nothing on the store.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn redis_policies_decide_all_or_nothing_in_one_call() {
+        use atomic_limiter::http::{HeaderKey, Policy, PolicyLayer};
+        use axum::http::HeaderName;
+        let Some(redis) = redis_server::RedisServer::start("http redis policies") else {
+            return;
+        };
+        let options = RedisOptions::default();
+        let limits = [
+            ("per-key", Quota::per_minute(3)),
+            ("global", Quota::per_minute(5)),
+        ];
+        let api_key = || HeaderKey::new(HeaderName::from_static("x-api-key"));
+        let mut nodes = Vec::new();
+        let mut limiters = Vec::new();
+        for _ in 0..2 {
+            let store = RedisStore::connect(&redis.url(), &options).await.unwrap();
+            let limiter =
+                RedisGcra::with_limits(store, "http-policies", limits, options.clone()).unwrap();
+            let layer = PolicyLayer::builder()
+                .policy(Policy::new(
+                    "per-client",
+                    PeerIp::new(),
+                    Keyed::gcra(Quota::per_minute(6), 10),
+                ))
+                .policy(Policy::redis("per-key", api_key(), &limiter, "per-key").unwrap())
+                .policy(Policy::redis("global", GlobalKey, &limiter, "global").unwrap())
+                .problem_json(true)
+                .build();
+            nodes.push(Server::start(hello().layer(layer)).await);
+            limiters.push(limiter);
+        }
+        let client = client();
+        let mut i = 0;
+        let mut send = |key: &'static str| {
+            i += 1;
+            client
+                .get(nodes[i % 2].url())
+                .header("x-api-key", key)
+                .send()
+        };
+        for _ in 0..3 {
+            assert_eq!(send("a").await.unwrap().status(), StatusCode::OK);
+        }
+        let refused = send("a").await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        let policy = refused.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let field = refused.headers()["ratelimit"].to_str().unwrap().to_owned();
+        // Every policy listed; the per-key one empty, the global one with 2 left.
+        assert!(
+            policy
+                .starts_with("\"per-client\";q=6;w=60, \"per-key\";q=3;w=60, \"global\";q=5;w=60"),
+            "{policy}"
+        );
+        assert!(field.contains("\"per-key\";r=0;t="), "{field}");
+        assert!(field.contains("\"global\";r=2;t="), "{field}");
+        let retry = retry_after(&refused);
+        assert!((1..=20).contains(&retry), "{retry}");
+        let body = refused.text().await.unwrap();
+        assert!(
+            body.contains(r#""violated-policies":["per-key"]"#),
+            "{body}"
+        );
+        // The refusal took nothing from the global limit: key b gets exactly its last 2.
+        assert_eq!(send("b").await.unwrap().status(), StatusCode::OK);
+        assert_eq!(send("b").await.unwrap().status(), StatusCode::OK);
+        let refused = send("b").await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        let body = refused.text().await.unwrap();
+        assert!(body.contains(r#""violated-policies":["global"]"#), "{body}");
+        // The local policy gave back what it took for both refusals: 5 of its 6 are spent, so
+        // key c passes it, and is refused by the empty global limit, spending nothing.
+        let refused = send("c").await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        let body = refused.text().await.unwrap();
+        assert!(body.contains(r#""violated-policies":["global"]"#), "{body}");
+        // Peeks on the store: c's per-key limit untouched (3 left), the global subject empty.
+        let c = limiters[0].check_n("c", 0).await.unwrap();
+        let global = limiters[1].check_n("*", 0).await.unwrap();
+        assert_eq!(global.remaining(), 0);
+        assert_eq!(
+            c.remaining(),
+            3,
+            "key c's limits on the store are untouched"
+        );
+    }
+
+    /// A local refusal costs no round trip and spends nothing on the store.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_local_refusal_spends_nothing_on_the_store() {
+        use atomic_limiter::http::{HeaderKey, Policy, PolicyLayer};
+        use axum::http::HeaderName;
+        let Some(redis) = redis_server::RedisServer::start("http redis local refusal") else {
+            return;
+        };
+        let options = RedisOptions::default();
+        let store = RedisStore::connect(&redis.url(), &options).await.unwrap();
+        let limiter = RedisGcra::new(store, "http-local-first", Quota::per_minute(10)).unwrap();
+        let api_key = HeaderKey::new(HeaderName::from_static("x-api-key"));
+        let layer = PolicyLayer::builder()
+            .policy(Policy::new(
+                "per-client",
+                PeerIp::new(),
+                Keyed::gcra(Quota::per_minute(1), 10),
+            ))
+            .policy(Policy::redis("per-key", api_key, &limiter, "q").unwrap())
+            .build();
+        let server = Server::start(hello().layer(layer)).await;
+        let client = client();
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let response = client
+                .get(server.url())
+                .header("x-api-key", "k")
+                .send()
+                .await;
+            statuses.push(response.unwrap().status());
+        }
+        assert_eq!(
+            statuses,
+            [
+                StatusCode::OK,
+                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::TOO_MANY_REQUESTS,
+                StatusCode::TOO_MANY_REQUESTS
+            ]
+        );
+        let k = limiter.check_n("k", 0).await.unwrap();
+        assert_eq!(
+            k.remaining(),
+            9,
+            "only the admitted request was spent on the store"
+        );
+        assert!(matches!(
+            Policy::redis("x", GlobalKey, &limiter, "no-such-limit"),
+            Err(atomic_limiter::redis::RedisConfigError::UnknownLimit { .. })
+        ));
+    }
+
+    /// On a Redis Cluster one request's subjects lie in different slots: a policy is refused at
+    /// construction, not left to fail every call.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_policy_on_a_cluster_is_refused() {
+        use atomic_limiter::http::Policy;
+        let Some(cluster) = redis_server::RedisCluster::start("http redis policy cluster") else {
+            return;
+        };
+        let urls = cluster.urls();
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let options = RedisOptions::default();
+        let store = RedisStore::connect_cluster(&nodes, &options).await.unwrap();
+        let limiter = RedisGcra::new(store, "http-cluster", Quota::per_minute(10)).unwrap();
+        assert!(matches!(
+            Policy::redis("global", GlobalKey, &limiter, "q"),
+            Err(atomic_limiter::redis::RedisConfigError::PoliciesOnCluster { .. })
+        ));
+    }
 }

@@ -29,6 +29,9 @@ use crate::keyed::{KeyEntry, KeyedStore};
 use crate::limiter::shared::KeyedLimiter;
 use crate::quota::{InsufficientCapacity, Quota};
 
+#[cfg(feature = "redis")]
+mod remote;
+
 /// One policy of a [`PolicyLayer`]: a name, a key source and the [`Keyed`] table that holds its
 /// quota per key.
 ///
@@ -50,7 +53,7 @@ use crate::quota::{InsufficientCapacity, Quota};
 pub struct Policy {
     name: Arc<PolicyName>,
     missing: MissingKey,
-    check: Box<dyn PolicyCheck>,
+    check: Check,
     #[cfg(feature = "metrics")]
     metrics: Option<crate::instrument::LimiterMetrics>,
 }
@@ -89,7 +92,7 @@ impl Policy {
         Policy {
             name: Arc::new(PolicyName::new(name)),
             missing: MissingKey::Reject,
-            check: Box::new(Table { key, table }),
+            check: Check::Local(Box::new(Table { key, table })),
             #[cfg(feature = "metrics")]
             metrics: None,
         }
@@ -112,6 +115,15 @@ impl Policy {
         self.missing = missing;
         self
     }
+}
+
+/// Where a policy is decided.
+enum Check {
+    /// On the spot, from a local table.
+    Local(Box<dyn PolicyCheck>),
+    /// By the store, in one call with the request's other policies on the same limiter.
+    #[cfg(feature = "redis")]
+    Remote(Box<dyn remote::RemoteCheck>),
 }
 
 /// A policy's check with its key type erased, so that one layer holds policies keyed apart.
@@ -331,8 +343,11 @@ impl<S> core::fmt::Debug for PolicyService<S> {
 
 impl<S, ReqB, ResB> Service<Request<ReqB>> for PolicyService<S>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
-    ResB: From<Bytes>,
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Send + 'static,
+    ResB: From<Bytes> + Send + 'static,
 {
     type Response = Response<ResB>;
     type Error = S::Error;
@@ -344,39 +359,72 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        match self.config.decide(&RequestHead::of(&request)) {
+        let config = &*self.config;
+        let head = RequestHead::of(&request);
+        if config.exempt.as_ref().is_some_and(|exempt| exempt(&head)) {
+            return ResponseFuture::inner(self.inner.call(request), None);
+        }
+        let cost = config.cost.as_ref().map_or(1, |cost| cost(&head));
+        let mut wanted = Vec::new();
+        let decided = match config.take(&head, cost, &mut wanted) {
+            // Every local policy admitted and some are the store's: decided after its answer.
+            #[cfg(feature = "redis")]
+            Ok(parts) if !wanted.is_empty() && !parts.iter().any(Part::refused) => {
+                return self.remote(request, cost, parts, wanted);
+            }
+            Ok(parts) => config.conclude(&head, cost, parts),
+            Err(answer) => Err(answer),
+        };
+        let _ = &mut wanted;
+        match decided {
             Ok(fields) => ResponseFuture::inner(self.inner.call(request), fields),
             Err(answer) => ResponseFuture::answer(answer),
         }
     }
 }
 
-/// One policy's part in a request's decision.
-struct Part<'a> {
-    policy: &'a Policy,
+/// One policy's part in a request's decision: the policy's index in the layer, its answer and
+/// the quota the key is held to.
+struct Part {
+    index: usize,
     answer: Result<Decision, InsufficientCapacity>,
     quota: Quota,
 }
 
+impl Part {
+    fn refused(&self) -> bool {
+        !self.answer.as_ref().is_ok_and(Decision::is_allowed)
+    }
+}
+
+/// A policy the store decides, for one request: its index, and the request's subject.
+type Wanted = (usize, alloc::string::String);
+
 impl Config {
-    /// The request's decision over every policy: `Ok` with the fields for its response, or the
-    /// layer's answer.
-    fn decide<B: From<Bytes>>(
+    /// Takes the request's cost from every local policy, in order, and notes the subjects of the
+    /// store's policies in `wanted`: the parts decided so far, or the layer's answer for a key
+    /// that is missing (what was taken given back).
+    fn take<B: From<Bytes>>(
         &self,
         head: &RequestHead<'_>,
-    ) -> Result<Option<Box<Fields>>, Box<Response<B>>> {
-        if self.exempt.as_ref().is_some_and(|exempt| exempt(head)) {
-            return Ok(None);
-        }
-        let cost = self.cost.as_ref().map_or(1, |cost| cost(head));
-        let mut parts: Vec<Part<'_>> = Vec::with_capacity(self.policies.len());
-        for policy in &self.policies {
-            match policy.check.check(head, cost) {
-                Ok(Checked { answer, quota }) => parts.push(Part {
-                    policy,
-                    answer,
-                    quota,
+        cost: u32,
+        wanted: &mut Vec<Wanted>,
+    ) -> Result<Vec<Part>, Box<Response<B>>> {
+        let mut parts: Vec<Part> = Vec::with_capacity(self.policies.len());
+        for (index, policy) in self.policies.iter().enumerate() {
+            let checked = match &policy.check {
+                Check::Local(check) => check.check(head, cost).map(|Checked { answer, quota }| {
+                    parts.push(Part {
+                        index,
+                        answer,
+                        quota,
+                    });
                 }),
+                #[cfg(feature = "redis")]
+                Check::Remote(check) => check.subject(head).map(|s| wanted.push((index, s))),
+            };
+            match checked {
+                Ok(()) => {}
                 Err(KeyError::MissingHeader(_)) if policy.missing == MissingKey::Skip => {}
                 Err(_) if self.shadow => {}
                 Err(error) => {
@@ -389,8 +437,19 @@ impl Config {
                 }
             }
         }
-        let refused = |part: &Part<'_>| !part.answer.as_ref().is_ok_and(Decision::is_allowed);
-        let refused_any = parts.iter().any(refused);
+        let _ = wanted;
+        Ok(parts)
+    }
+
+    /// The request's decision over the policies' `parts` (in the layer's order): `Ok` with the
+    /// fields for its response, or the layer's answer, what was taken then given back.
+    fn conclude<B: From<Bytes>>(
+        &self,
+        head: &RequestHead<'_>,
+        cost: u32,
+        mut parts: Vec<Part>,
+    ) -> Result<Option<Box<Fields>>, Box<Response<B>>> {
+        let refused_any = parts.iter().any(Part::refused);
         self.count(&parts, refused_any);
         if self.shadow && refused_any {
             // Given back as an enforced refusal would, then let through with what it would say.
@@ -409,8 +468,8 @@ impl Config {
         // Refused by some: every refusal is named, and nothing is spent from the others.
         let violated: Vec<&PolicyName> = parts
             .iter()
-            .filter(|p| refused(p))
-            .map(|p| &*p.policy.name)
+            .filter(|p| p.refused())
+            .map(|p| &*self.policies[p.index].name)
             .collect();
         let too_costly = parts.iter().find_map(|p| p.answer.as_ref().err().copied());
         let refusals = || {
@@ -463,10 +522,10 @@ impl Config {
     /// Counts each policy's decision in its metrics, if it has any: a refusal where it refused
     /// (shadowed in shadow mode), an admission only where the request goes through (one given
     /// back is not an admission).
-    fn count(&self, parts: &[Part<'_>], refused_any: bool) {
+    fn count(&self, parts: &[Part], refused_any: bool) {
         #[cfg(feature = "metrics")]
         for part in parts {
-            let Some(metrics) = &part.policy.metrics else {
+            let Some(metrics) = &self.policies[part.index].metrics else {
                 continue;
             };
             match &part.answer {
@@ -483,26 +542,31 @@ impl Config {
         let _ = (parts, refused_any);
     }
 
-    /// Gives back what the admitting policies took, and puts their figures after it in place of
-    /// the admissions.
-    fn give_back(&self, head: &RequestHead<'_>, cost: u32, parts: &mut [Part<'_>]) {
+    /// Gives back what the admitting local policies took, and puts their figures after it in
+    /// place of the admissions. The store's policies took nothing when any of them refused (one
+    /// script decides them all or nothing); they are decided only after every local one admits.
+    fn give_back(&self, head: &RequestHead<'_>, cost: u32, parts: &mut [Part]) {
         for part in parts.iter_mut() {
+            #[cfg_attr(not(feature = "redis"), allow(irrefutable_let_patterns))]
+            let Check::Local(check) = &self.policies[part.index].check else {
+                continue;
+            };
             if part.answer.as_ref().is_ok_and(Decision::is_allowed) {
-                if let Some(now) = part.policy.check.give_back(head, cost) {
+                if let Some(now) = check.give_back(head, cost) {
                     part.answer = Ok(now);
                 }
             }
         }
     }
 
-    fn fields(&self, parts: &[Part<'_>]) -> Fields {
+    fn fields(&self, parts: &[Part]) -> Fields {
         Fields::Many {
             headers: self.headers,
             items: parts
                 .iter()
                 .filter_map(|p| {
                     let decision = *p.answer.as_ref().ok()?;
-                    Some((p.policy.name.clone(), decision, Some(p.quota)))
+                    Some((self.policies[p.index].name.clone(), decision, Some(p.quota)))
                 })
                 .collect(),
         }

@@ -2,7 +2,8 @@
 --
 -- KEYS[i]  the subject's key for limit i (all in one hash slot: the caller puts the subject in a
 --          {hash tag}).
--- ARGV     mode (0: all n or nothing; 1: grant up to n), n, then for each limit: token, burst,
+-- ARGV     mode (0: all n or nothing; 1: grant up to n; 2: all or nothing, each limit's figures
+--          told), n, then for each limit: token, burst,
 --          denom, carry. Time is counted in units of 1/denom us; one token is `token` units.
 --          carry says what a state written under another quota becomes (0: the debt as time;
 --          1: the same share of the window).
@@ -23,7 +24,9 @@
 -- quota it is seen under, as a local limiter rounds once per change.
 --
 -- Reply: { allowed (1 or 0; 2 when n exceeds a limit's burst), granted, remaining, retry_us
--- (rounded up), reset_us (rounded up), index of the limit that binds (or whose burst n exceeds) }.
+-- (rounded up), reset_us (rounded up), index of the limit that binds (or whose burst n exceeds) };
+-- in mode 2 followed, for a decision, by four figures of each limit in order: whether it alone had
+-- room (1 or 0), remaining, retry_us and reset_us, as that limit stands after the decision.
 
 local function server_now()
   local t = redis.call('TIME')
@@ -88,7 +91,7 @@ for i = 1, count do
   local a = 4 * i - 1
   local token, burst, d = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local share = tonumber(ARGV[a + 3]) == 1
-  if mode == 0 and n > burst then
+  if mode ~= 1 and n > burst then
     return { 2, 0, 0, 0, 0, i }
   end
   local window = burst * token
@@ -167,11 +170,12 @@ elseif n > 0 then
 end
 
 local remaining, retry, reset, binding = -1, 0, 0, 1
+local each = {}
 for i = 1, count do
   local o = 7 * i
   local token, window, d, ahead = L[o - 6], L[o - 5], L[o - 4], L[o - 3]
   local after = ahead + take * token
-  local left, full = 0, 0
+  local left, full, own_wait = 0, 0, 0
   if allowed == 1 and take > 0 then
     local rem = L[o - 1] + take * token
     local whole = math.floor(rem / d)
@@ -191,11 +195,22 @@ for i = 1, count do
     if after > window then
       local wait = math.floor((after - window + d - 1) / d)
       if wait > retry then retry = wait end
+      own_wait = wait
     end
+  end
+  if mode == 2 then
+    each[4 * i - 3] = (after <= window) and 1 or 0
+    each[4 * i - 2] = left
+    each[4 * i - 1] = own_wait
+    each[4 * i] = full
   end
   if remaining < 0 or left < remaining then remaining, binding = left, i end
   if full > reset then reset = full end
 end
 
 if allowed == 0 then take = 0 end
-return { allowed, take, remaining, retry, reset, binding }
+local reply = { allowed, take, remaining, retry, reset, binding }
+if mode == 2 then
+  for j = 1, 4 * count do reply[6 + j] = each[j] end
+end
+return reply

@@ -16,6 +16,9 @@ use crate::limiter::algorithm::Carry;
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
 
+#[cfg(feature = "tower")]
+pub(crate) mod each;
+
 /// A GCRA limiter shared by every node that uses the same store and prefix: each decision is one
 /// atomic script on the server, on the server's clock, so nodes' clocks never matter.
 ///

@@ -42,6 +42,9 @@ pub(crate) const MAX_WINDOW_UNITS: u64 = 1 << 51;
 pub(crate) enum Mode {
     AllOrNothing = 0,
     UpTo = 1,
+    /// All or nothing, with each limit's figures after the decision's.
+    #[cfg(feature = "tower")]
+    Each = 2,
 }
 
 /// One limit's quota as the script's arguments, with what a state written under another quota
@@ -127,6 +130,50 @@ impl Reply {
             }),
             _ => None,
         }
+    }
+}
+
+/// One limit's figures in a [`Mode::Each`] reply.
+#[cfg(feature = "tower")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Each {
+    /// Whether this limit alone had room for the request.
+    pub(crate) room: bool,
+    pub(crate) remaining: u32,
+    pub(crate) retry_us: u64,
+    pub(crate) reset_us: u64,
+}
+
+#[cfg(feature = "tower")]
+impl Each {
+    /// Reads a [`Mode::Each`] reply: the decision, then each of `limits` limits' four figures;
+    /// `None` for anything else. A decision told without them (a state ahead past any write, or
+    /// a burst exceeded) reads as the decision alone.
+    pub(crate) fn parse(values: &[i64], limits: usize) -> Option<(Reply, Option<Vec<Each>>)> {
+        let (head, rest) = values.split_at_checked(6)?;
+        let reply = Reply::parse(head, limits)?;
+        if rest.is_empty() {
+            return Some((reply, None));
+        }
+        if rest.len() != 4 * limits {
+            return None;
+        }
+        let each = rest
+            .chunks_exact(4)
+            .map(|f| {
+                Some(Each {
+                    room: match f[0] {
+                        0 => false,
+                        1 => true,
+                        _ => return None,
+                    },
+                    remaining: u32::try_from(f[1]).ok()?,
+                    retry_us: u64::try_from(f[2]).ok()?,
+                    reset_us: u64::try_from(f[3]).ok()?,
+                })
+            })
+            .collect::<Option<Vec<Each>>>()?;
+        Some((reply, Some(each)))
     }
 }
 

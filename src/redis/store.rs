@@ -175,6 +175,12 @@ impl RedisStore {
         RedisStore { shared }
     }
 
+    /// Whether this is a Redis Cluster, where keys of different subjects lie in different slots.
+    #[cfg(feature = "tower")]
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.shared.backend, Backend::Cluster { .. })
+    }
+
     /// Restarts seen so far: times a server answered with another `run_id` than before. A
     /// server that restarted without persistence lost every subject's state, so each subject
     /// may be admitted its burst once more (see `docs/design.md`). Also counted in
