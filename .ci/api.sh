@@ -7,7 +7,7 @@ version=0.52.0
 if ! cargo public-api --version 2>/dev/null | grep -q "$version"; then
     cargo install cargo-public-api --version "$version" --locked
 fi
-features=std,quanta,baseline,portable-atomic,redis,redis-tls,tower,axum,grpc,metrics,papaya
+features=std,quanta,baseline,portable-atomic,redis,redis-tls,tower,axum,grpc,metrics,papaya,rls
 listed=$(mktemp)
 cargo +nightly public-api -ss -p atomic-limiter --features "$features" >"$listed"
 if [[ "${1:-}" == "--bless" ]]; then

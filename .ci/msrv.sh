@@ -22,11 +22,18 @@ if have "$msrv"; then
     cargo "+$msrv" check --lib --features tower,axum --target-dir target/msrv
     cargo "+$msrv" check --lib --features metrics --target-dir target/msrv
     cargo "+$msrv" check --lib --features papaya --target-dir target/msrv
-    echo "Rust $msrv builds the library, and with the tower, axum, metrics and papaya features"
+    cargo "+$msrv" check --lib --features rls --target-dir target/msrv
+    echo "Rust $msrv builds the library, and with the tower, axum, metrics, papaya and rls features"
 fi
 if have "$redis_msrv"; then
     cargo "+$redis_msrv" check --lib --features redis --target-dir target/msrv
     cargo "+$redis_msrv" check --lib --features redis-tls --target-dir target/msrv
     cargo "+$redis_msrv" check --lib --features grpc --target-dir target/msrv
     echo "Rust $redis_msrv builds the library with the redis, redis-tls and grpc features"
+fi
+# The rate-limit service (rls/) has its own minimum: serde-saphyr needs 1.89.
+rls_msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' rls/Cargo.toml)
+if have "$rls_msrv"; then
+    cargo "+$rls_msrv" check -p atomic-limiter-rls --target-dir target/msrv
+    echo "Rust $rls_msrv builds atomic-limiter-rls"
 fi

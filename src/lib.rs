@@ -93,6 +93,8 @@ mod rate_limiter;
 mod reconfigure;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "rls")]
+pub mod rls;
 mod shadow;
 #[cfg(feature = "std")]
 mod sharded;

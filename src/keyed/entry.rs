@@ -40,7 +40,7 @@ impl<L: KeyedLimiter> KeyEntry<L> {
 
     /// Gives back `n` tokens of an admission on this entry that was never used (another policy
     /// of the same request refused), never past full; nothing on a retired entry.
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "rls"))]
     pub(super) fn give_back(&self, n: u32, retired: Option<&Retired>) {
         self.limiter
             .give_back_state(&self.state, n, retired.map(Retired::flag));

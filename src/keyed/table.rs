@@ -559,7 +559,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     /// Gives back `n` tokens that `key` was admitted moments ago and never used (another policy
     /// of the same request refused it), never past full; nothing if the key is gone or moving
     /// to another quota (which can only under-admit).
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "rls"))]
     pub(crate) fn give_back_key<Q>(&self, key: &Q, n: u32)
     where
         K: Borrow<Q>,
