@@ -32,6 +32,8 @@
 
 mod config;
 mod engine;
+#[cfg(feature = "redis")]
+mod store;
 
 #[cfg(test)]
 mod tests;
@@ -41,3 +43,5 @@ pub use self::engine::{
     Answer, Engine, Entry, Item, MAX_DESCRIPTORS, MAX_ENTRIES, MAX_ENTRY_BYTES, Reloaded, Request,
     RequestError, Status,
 };
+#[cfg(feature = "redis")]
+pub use self::store::Remote;

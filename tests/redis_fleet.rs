@@ -127,6 +127,9 @@ fn one_shard_fails_over(test: &str, fault: Fault, coverage: Coverage) {
         return;
     };
     let stalls = HostStalls::start();
+    for node in &cluster.nodes {
+        stalls.watch_process(node.pid());
+    }
     let rt = watched_runtime(&stalls);
     let options = RedisOptions::default().with_deadline(DEADLINE);
     let urls = cluster.urls();
@@ -445,6 +448,7 @@ fn script_flushes_under_load_fail_nothing_and_charge_once() {
         return;
     };
     let stalls = HostStalls::start();
+    stalls.watch_process(server.pid());
     let rt = watched_runtime(&stalls);
     let options = RedisOptions::default();
     let deadline = options.deadline();

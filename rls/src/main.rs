@@ -7,8 +7,7 @@
 //! SIGHUP reloads the configuration (a bad file is refused and the one in force kept); SIGTERM
 //! or Ctrl-C drains: health turns NOT_SERVING, calls under way finish, then the process exits.
 
-mod config;
-mod service;
+use atomic_limiter_rls::{config, service};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -42,6 +41,36 @@ struct Args {
     /// How long a drain waits for calls under way after SIGTERM.
     #[arg(long, default_value = "10", value_name = "SECONDS")]
     drain_secs: u64,
+    /// Keep the limits on Redis or Valkey (`redis://host:port`, `rediss://` for TLS), shared by
+    /// every replica; absent: in this process. Needs the `redis` feature.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// How the store decides: `gcra`, one atomic script per request.
+    #[arg(long, value_enum, default_value = "gcra")]
+    redis_mode: RedisMode,
+    /// The prefix of the service's keys on the store.
+    #[arg(long, default_value = "rls")]
+    redis_prefix: String,
+    /// How long one call to the store may take, in milliseconds.
+    #[arg(long, default_value_t = 20, value_name = "MS")]
+    redis_deadline_ms: u64,
+    /// What a request gets while the store cannot answer: `unavailable` (gRPC UNAVAILABLE, and
+    /// Envoy applies its failure_mode_deny), `allow` (OK) or `deny` (OVER_LIMIT).
+    #[arg(long, value_enum, default_value = "unavailable")]
+    on_store_error: OnStoreError,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum RedisMode {
+    Gcra,
+    Leased,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum OnStoreError {
+    Unavailable,
+    Allow,
+    Deny,
 }
 
 /// One log line on standard error: the UTC time, the level, the message.
@@ -67,14 +96,12 @@ async fn run(args: Args) -> Result<(), String> {
     for w in &loaded.warnings {
         log("WARN", w);
     }
-    let engine = Arc::new(
-        Engine::new(&loaded.domains, args.max_keys)
-            .map_err(|e| format!("configuration refused: {e}"))?,
-    );
+    let (engine, backend) = engine(&args, &loaded).await?;
+    let engine = Arc::new(engine);
     log(
         "INFO",
         &format!(
-            "loaded {} domain(s), {} limit(s) from {} file(s); backend: local (this process)",
+            "loaded {} domain(s), {} limit(s) from {} file(s); backend: {backend}",
             loaded.domains.len(),
             engine.limits().len(),
             loaded.files.len()
@@ -194,6 +221,45 @@ async fn run(args: Args) -> Result<(), String> {
     let _ = tokio::time::timeout(Duration::from_secs(1), http_task).await;
     log("INFO", "stopped");
     Ok(())
+}
+
+/// The engine the flags ask for, and how the log names its backend.
+async fn engine(args: &Args, loaded: &config::Loaded) -> Result<(Engine, String), String> {
+    let refused = |e: atomic_limiter::rls::ConfigError| format!("configuration refused: {e}");
+    let Some(url) = &args.redis else {
+        let engine = Engine::new(&loaded.domains, args.max_keys).map_err(refused)?;
+        return Ok((engine, "local (this process)".into()));
+    };
+    if matches!(args.redis_mode, RedisMode::Leased) {
+        return Err("--redis-mode leased is not available yet: use gcra".into());
+    }
+    #[cfg(feature = "redis")]
+    {
+        use atomic_limiter::redis::{FailurePolicy, RedisOptions, RedisStore};
+        let policy = match args.on_store_error {
+            OnStoreError::Allow => FailurePolicy::Open,
+            OnStoreError::Unavailable | OnStoreError::Deny => FailurePolicy::Closed,
+        };
+        let options = RedisOptions::default()
+            .with_deadline(Duration::from_millis(args.redis_deadline_ms.max(1)))
+            .with_policy(policy);
+        let store = RedisStore::connect(url, &options)
+            .await
+            .map_err(|e| format!("the store at {url}: {e}"))?;
+        let remote = atomic_limiter::rls::Remote {
+            store,
+            prefix: args.redis_prefix.clone(),
+            options,
+            unavailable: matches!(args.on_store_error, OnStoreError::Unavailable),
+        };
+        let engine = Engine::with_remote(&loaded.domains, remote).map_err(refused)?;
+        Ok((engine, format!("redis at {url}, one script per request")))
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        let _ = (url, refused);
+        Err("--redis needs a build with the `redis` feature: cargo build --release -p atomic-limiter-rls --features redis".into())
+    }
 }
 
 /// The listener as tonic's stream of connections.

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use atomic_limiter::rls::{Answer, Engine, Entry, Item, RateLimit, Request, Status, Unit};
+use atomic_limiter::rls::{
+    Answer, Engine, Entry, Item, RateLimit, Request, RequestError, Status, Unit,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as PbRateLimit,
@@ -27,14 +29,22 @@ impl RateLimitService for Rls {
         let started = Instant::now();
         let request = request.into_inner();
         let asked = read(&request)?;
-        let answer = self.engine.decide(&asked).map_err(|e| {
-            metrics::counter!("rls_invalid_requests_total").increment(1);
-            GrpcStatus::invalid_argument(e.to_string())
-        })?;
         let domain = if self.engine.has_domain(asked.domain) {
             asked.domain
         } else {
             "unconfigured"
+        };
+        let answer = match self.engine.check(&asked).await {
+            Ok(answer) => answer,
+            Err(RequestError::Unavailable(why)) => {
+                metrics::counter!("rls_store_errors_total", "domain" => domain.to_owned())
+                    .increment(1);
+                return Err(GrpcStatus::unavailable(why));
+            }
+            Err(e) => {
+                metrics::counter!("rls_invalid_requests_total").increment(1);
+                return Err(GrpcStatus::invalid_argument(e.to_string()));
+            }
         };
         count(domain, &answer);
         metrics::histogram!("rls_decision_seconds").record(started.elapsed().as_secs_f64());

@@ -23,6 +23,10 @@
 -- the carried state is written, a refusal or a peek included, so that a subject rounds once per
 -- quota it is seen under, as a local limiter rounds once per change.
 --
+-- In mode 2, two more arguments per limit may follow all of those: the tokens that limit is asked
+-- (in place of n) and whether it is in shadow mode (1: it decides only for itself: it takes its
+-- tokens when the request passes and it has room, and never refuses the request).
+--
 -- Reply: { allowed (1 or 0; 2 when n exceeds a limit's burst), granted, remaining, retry_us
 -- (rounded up), reset_us (rounded up), index of the limit that binds (or whose burst n exceeds) };
 -- in mode 2 followed, for a decision, by four figures of each limit in order: whether it alone had
@@ -87,11 +91,21 @@ local grant = n
 -- whatever the decision.
 local carried = {}
 
+-- Each limit's tokens and shadow flag (mode 2's trailing arguments; else n, and not in shadow).
+local N, S = {}, {}
+local own = mode == 2 and #ARGV >= 2 + 6 * count
+
 for i = 1, count do
   local a = 4 * i - 1
   local token, burst, d = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local share = tonumber(ARGV[a + 3]) == 1
-  if mode ~= 1 and n > burst then
+  local ni, si = n, false
+  if own then
+    ni = tonumber(ARGV[2 + 4 * count + 2 * i - 1])
+    si = tonumber(ARGV[2 + 4 * count + 2 * i]) == 1
+  end
+  N[i], S[i] = ni, si
+  if mode ~= 1 and ni > burst and not si then
     return { 2, 0, 0, 0, 0, i }
   end
   local window = burst * token
@@ -137,8 +151,12 @@ for i = 1, count do
       -- Further ahead than any write leaves, unless the server's clock stepped back by weeks:
       -- refuse, with waits rounded up past the true ones.
       if du >= math.floor(4503599627370496 / d) then
-        local cost_us = math.floor((math.min(n, burst) * token + d - 1) / d)
-        return { 0, 0, 0, du + 1 + cost_us, du + 1, i }
+        if not si then
+          local cost_us = math.floor((math.min(ni, burst) * token + d - 1) / d)
+          return { 0, 0, 0, du + 1 + cost_us, du + 1, i }
+        end
+        -- A shadow limit that far ahead has no room, and decides nothing else.
+        du, rem = math.floor(window / d) + 1, 0
       end
       ahead, base_us, base_rem = du * d + rem, us, rem
     end
@@ -162,10 +180,10 @@ if mode == 1 then
   if grant == 0 and n > 0 then
     take, allowed = 1, 0
   end
-elseif n > 0 then
+else
   for i = 1, count do
     local o = 7 * i
-    if L[o - 3] + take * L[o - 6] > L[o - 5] then allowed = 0 end
+    if N[i] > 0 and not S[i] and L[o - 3] + N[i] * L[o - 6] > L[o - 5] then allowed = 0 end
   end
 end
 
@@ -174,10 +192,14 @@ local each = {}
 for i = 1, count do
   local o = 7 * i
   local token, window, d, ahead = L[o - 6], L[o - 5], L[o - 4], L[o - 3]
-  local after = ahead + take * token
+  local ti = take
+  if mode ~= 1 then ti = N[i] end
+  local after = ahead + ti * token
+  -- This limit takes its tokens: the request passes, and a shadow limit has room of its own.
+  local ok = allowed == 1 and (not S[i] or after <= window)
   local left, full, own_wait = 0, 0, 0
-  if allowed == 1 and take > 0 then
-    local rem = L[o - 1] + take * token
+  if ok and ti > 0 then
+    local rem = L[o - 1] + ti * token
     local whole = math.floor(rem / d)
     redis.call('SET', KEYS[i], struct.pack('ddddd', L[o - 2] + whole, rem - whole * d, d, token,
       L[o]), 'PX', expiry(after, d))
@@ -186,7 +208,7 @@ for i = 1, count do
     redis.call('SET', KEYS[i], struct.pack('ddddd', L[o - 2], L[o - 1], d, token, L[o]),
       'PX', expiry(ahead, d))
   end
-  if allowed == 1 then
+  if ok then
     if window > after then left = math.floor((window - after) / token) end
     full = math.floor((after + d - 1) / d)
   else

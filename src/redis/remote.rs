@@ -16,7 +16,7 @@ use crate::limiter::algorithm::Carry;
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
 
-#[cfg(feature = "tower")]
+#[cfg(any(feature = "tower", feature = "rls"))]
 pub(crate) mod each;
 
 /// A GCRA limiter shared by every node that uses the same store and prefix: each decision is one

@@ -43,7 +43,7 @@ pub(crate) enum Mode {
     AllOrNothing = 0,
     UpTo = 1,
     /// All or nothing, with each limit's figures after the decision's.
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "rls"))]
     Each = 2,
 }
 
@@ -134,7 +134,7 @@ impl Reply {
 }
 
 /// One limit's figures in a [`Mode::Each`] reply.
-#[cfg(feature = "tower")]
+#[cfg(any(feature = "tower", feature = "rls"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Each {
     /// Whether this limit alone had room for the request.
@@ -144,7 +144,7 @@ pub(crate) struct Each {
     pub(crate) reset_us: u64,
 }
 
-#[cfg(feature = "tower")]
+#[cfg(any(feature = "tower", feature = "rls"))]
 impl Each {
     /// Reads a [`Mode::Each`] reply: the decision, then each of `limits` limits' four figures;
     /// `None` for anything else. A decision told without them (a state ahead past any write, or

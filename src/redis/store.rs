@@ -176,7 +176,7 @@ impl RedisStore {
     }
 
     /// Whether this is a Redis Cluster, where keys of different subjects lie in different slots.
-    #[cfg(feature = "tower")]
+    #[cfg(any(feature = "tower", feature = "rls"))]
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.shared.backend, Backend::Cluster { .. })
     }

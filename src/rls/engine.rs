@@ -59,12 +59,15 @@ pub enum RequestError {
     /// The request is malformed (empty domain, no descriptors, an empty key, past a bound): the
     /// message says which.
     Invalid(String),
+    /// The store could not answer, and the engine was told to say so rather than apply a
+    /// failure policy.
+    Unavailable(String),
 }
 
 impl core::fmt::Display for RequestError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            RequestError::Invalid(why) => f.write_str(why),
+            RequestError::Invalid(why) | RequestError::Unavailable(why) => f.write_str(why),
         }
     }
 }
@@ -99,10 +102,10 @@ pub struct Answer {
 /// A configured limit in force: its name, limit, quota and table, shared by reloads that keep
 /// it.
 #[derive(Debug)]
-struct Rule {
-    name: String,
-    limit: RateLimit,
-    shadow: bool,
+pub(super) struct Rule {
+    pub(super) name: String,
+    pub(super) limit: RateLimit,
+    pub(super) shadow: bool,
     table: Arc<Keyed<String, Gcra>>,
 }
 
@@ -126,6 +129,9 @@ struct Rules {
     domains: HashMap<String, Vec<Node>>,
     /// Every rule by name, for the next reload to find.
     by_name: HashMap<String, Arc<Rule>>,
+    /// The limits on the store, when the engine has one.
+    #[cfg(feature = "redis")]
+    limiter: Option<crate::redis::RedisGcra>,
 }
 
 /// What a reload changed.
@@ -152,18 +158,38 @@ pub struct Reloaded {
 pub struct Engine {
     rules: RwLock<Arc<Rules>>,
     max_keys: usize,
+    #[cfg(feature = "redis")]
+    remote: Option<super::store::Remote>,
 }
 
 impl Engine {
     /// An engine on `domains`, each limit's table holding at most `max_keys` keys.
     pub fn new(domains: &[DomainConfig], max_keys: usize) -> Result<Engine, ConfigError> {
-        config::check(domains)?;
-        let mut reloaded = Reloaded::default();
-        let rules = build(domains, &Rules::default(), max_keys.max(1), &mut reloaded);
-        Ok(Engine {
-            rules: RwLock::new(Arc::new(rules)),
+        let engine = Engine {
+            rules: RwLock::new(Arc::default()),
             max_keys: max_keys.max(1),
-        })
+            #[cfg(feature = "redis")]
+            remote: None,
+        };
+        engine.reload(domains)?;
+        Ok(engine)
+    }
+
+    /// An engine whose limits are on a store (features `rls` and `redis`), shared by every
+    /// replica that uses the same store and prefix: each request is one atomic script, every
+    /// descriptor all or nothing.
+    #[cfg(feature = "redis")]
+    pub fn with_remote(
+        domains: &[DomainConfig],
+        remote: super::store::Remote,
+    ) -> Result<Engine, ConfigError> {
+        let engine = Engine {
+            rules: RwLock::new(Arc::default()),
+            max_keys: 1,
+            remote: Some(remote),
+        };
+        engine.reload(domains)?;
+        Ok(engine)
     }
 
     /// Puts `domains` in force, or refuses them and keeps the configuration in force. A limit
@@ -172,9 +198,20 @@ impl Engine {
     /// configuration they started with.
     pub fn reload(&self, domains: &[DomainConfig]) -> Result<Reloaded, ConfigError> {
         config::check(domains)?;
+        // The store's limiter first: it is the last thing that can fail.
+        #[cfg(feature = "redis")]
+        let limiter = match &self.remote {
+            Some(remote) => super::store::limiter(remote, &limits_of(domains))?,
+            None => None,
+        };
         let old = self.current();
         let mut reloaded = Reloaded::default();
-        let rules = build(domains, &old, self.max_keys, &mut reloaded);
+        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
+        let mut rules = build(domains, &old, self.max_keys, &mut reloaded);
+        #[cfg(feature = "redis")]
+        {
+            rules.limiter = limiter;
+        }
         reloaded.removed = old
             .by_name
             .keys()
@@ -204,46 +241,97 @@ impl Engine {
             .clone()
     }
 
-    /// Decides `request`: every descriptor's status, all or nothing.
+    /// Decides `request` on the engine's own tables: every descriptor's status, all or nothing.
+    /// An engine on a store decides with [`Engine::check`].
     pub fn decide(&self, request: &Request<'_>) -> Result<Answer, RequestError> {
         validate(request)?;
         let rules = self.current();
-        let nodes = rules.domains.get(request.domain).map(Vec::as_slice);
-        let mut parts: Vec<Part<'_>> = request
-            .items
-            .iter()
-            .map(|item| {
-                let hits = item.hits.unwrap_or(u64::from(request.hits_addend)).max(1);
-                Part::of(
-                    nodes.and_then(|nodes| lookup(nodes, &item.entries)),
-                    item,
-                    hits,
-                )
-            })
-            .collect();
-        for part in &mut parts {
-            part.take();
+        decide_local(request, &rules)
+    }
+
+    /// Decides `request` where the engine keeps its limits: on the store, in one call, or on its
+    /// own tables at once.
+    pub async fn check(&self, request: &Request<'_>) -> Result<Answer, RequestError> {
+        validate(request)?;
+        let rules = self.current();
+        #[cfg(feature = "redis")]
+        if let Some(remote) = &self.remote {
+            let parts = parts(request, &rules);
+            return match &rules.limiter {
+                Some(limiter) => super::store::decide(limiter, remote.unavailable, parts).await,
+                // No limit configured: nothing to ask.
+                None => Ok(Answer {
+                    over_limit: false,
+                    statuses: parts.iter().map(Part::status).collect(),
+                }),
+            };
         }
-        let over_limit = parts.iter().any(|p| p.refused() && !p.shadow());
-        if over_limit {
-            for part in &mut parts {
-                part.give_back();
-            }
-        }
-        Ok(Answer {
-            over_limit,
-            statuses: parts.iter().map(Part::status).collect(),
-        })
+        decide_local(request, &rules)
     }
 }
 
+/// Decides `request` on the rules' own tables: every descriptor takes its hits; if any is over,
+/// what the others took is given back.
+fn decide_local(request: &Request<'_>, rules: &Rules) -> Result<Answer, RequestError> {
+    let mut parts = parts(request, rules);
+    for part in &mut parts {
+        part.take();
+    }
+    let over_limit = parts.iter().any(|p| p.refused() && !p.shadow());
+    if over_limit {
+        for part in &mut parts {
+            part.give_back();
+        }
+    }
+    Ok(Answer {
+        over_limit,
+        statuses: parts.iter().map(Part::status).collect(),
+    })
+}
+
+/// Each descriptor's part in the decision of `request`, undecided.
+fn parts<'r>(request: &Request<'_>, rules: &'r Rules) -> Vec<Part<'r>> {
+    let nodes = rules.domains.get(request.domain).map(Vec::as_slice);
+    request
+        .items
+        .iter()
+        .map(|item| {
+            let hits = item.hits.unwrap_or(u64::from(request.hits_addend)).max(1);
+            Part::of(
+                nodes.and_then(|nodes| lookup(nodes, &item.entries)),
+                item,
+                hits,
+            )
+        })
+        .collect()
+}
+
+/// The limits `domains` configure, by name.
+#[cfg(feature = "redis")]
+fn limits_of(domains: &[DomainConfig]) -> Vec<(String, Quota)> {
+    fn walk(nodes: &[Descriptor], at: &str, out: &mut Vec<(String, Quota)>) {
+        for d in nodes {
+            let name = config::path(at, &d.key, d.value.as_deref());
+            if let Some(quota) = d.rate_limit.as_ref().and_then(RateLimit::quota) {
+                out.push((name.clone(), quota));
+            }
+            walk(&d.descriptors, &name, out);
+        }
+    }
+    let mut out = Vec::new();
+    for d in domains {
+        walk(&d.descriptors, &d.domain, &mut out);
+    }
+    out
+}
+
 /// One descriptor's part in a decision.
-struct Part<'r> {
-    rule: Option<&'r Rule>,
+pub(super) struct Part<'r> {
+    pub(super) rule: Option<&'r Rule>,
     unlimited: bool,
-    key: String,
-    hits: u64,
-    answer: Option<Result<Decision, InsufficientCapacity>>,
+    pub(super) key: String,
+    pub(super) hits: u64,
+    pub(super) answer: Option<Result<Decision, InsufficientCapacity>>,
 }
 
 impl<'r> Part<'r> {
@@ -280,11 +368,11 @@ impl<'r> Part<'r> {
         self.answer = Some(answer);
     }
 
-    fn refused(&self) -> bool {
+    pub(super) fn refused(&self) -> bool {
         matches!(&self.answer, Some(a) if !a.as_ref().is_ok_and(Decision::is_allowed))
     }
 
-    fn shadow(&self) -> bool {
+    pub(super) fn shadow(&self) -> bool {
         self.rule.is_some_and(|r| r.shadow)
     }
 
@@ -304,7 +392,7 @@ impl<'r> Part<'r> {
         }
     }
 
-    fn status(&self) -> Status {
+    pub(super) fn status(&self) -> Status {
         let Some(rule) = self.rule else {
             return Status {
                 over_limit: false,

@@ -112,6 +112,18 @@ impl HostStalls {
         Watch(self.shared.clone())
     }
 
+    /// Watches every thread of another process too (a server the test talks to): a server kept
+    /// off a CPU while ready to run is time the host took, as a test thread kept off one is.
+    pub fn watch_process(&self, pid: u32) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return;
+        };
+        let mut threads = self.shared.threads.lock().unwrap();
+        for task in tasks.flatten() {
+            threads.push(task.path().join("schedstat"));
+        }
+    }
+
     /// What the host took from `[from, to]`.
     pub fn taken(&self, from: Instant, to: Instant) -> Duration {
         taken(&self.shared.samples.lock().unwrap(), from, to)

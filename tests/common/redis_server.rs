@@ -179,7 +179,7 @@ impl RedisServer {
         raw_command(self.port, &["PING"]).is_some_and(|r| r.starts_with("+PONG"))
     }
 
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
     }
 

@@ -1,5 +1,6 @@
 //! The service as a child process on free loopback ports, its log read as it runs, stopped
 //! when dropped.
+#![allow(dead_code)] // each test binary uses its own part of it
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

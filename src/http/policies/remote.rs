@@ -116,13 +116,13 @@ impl Config {
                     calls.push(each::Part {
                         subject: subject.clone(),
                         limit: limit.into(),
+                        n: cost,
+                        shadow: false,
                     });
                 }
             }
             let mut refused = false;
-            for (index, (answer, quota)) in group
-                .into_iter()
-                .zip(limiter.check_each(&calls, cost).await)
+            for (index, (answer, quota)) in group.into_iter().zip(limiter.check_each(&calls).await)
             {
                 if let Some(answer) = answer {
                     let part = Part {

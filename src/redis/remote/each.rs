@@ -6,14 +6,20 @@ use alloc::vec::Vec;
 use super::{Limit, RedisGcra};
 use crate::decision::{DecidedBy, Decision};
 use crate::quota::{InsufficientCapacity, Quota};
+#[cfg(feature = "tower")]
+use crate::redis::RedisConfigError;
+use crate::redis::StoreError;
 use crate::redis::script::{self, Each, Mode, Reply};
-use crate::redis::{RedisConfigError, StoreError};
 
-/// One part of a call to [`RedisGcra::check_each`]: a subject held to the limit of that name.
+/// One part of a call to [`RedisGcra::check_each`]: a subject held to the limit of that name,
+/// asked `n` tokens; a part in shadow mode decides only for itself (it takes its tokens if the
+/// call passes and it has room, and never refuses the call).
 #[derive(Debug, Clone)]
 pub(crate) struct Part {
     pub(crate) subject: String,
     pub(crate) limit: String,
+    pub(crate) n: u32,
+    pub(crate) shadow: bool,
 }
 
 /// What [`RedisGcra::check_each`] says of one part: its decision (`None`: not decided, because
@@ -24,6 +30,7 @@ impl RedisGcra {
     /// Whether a policy may name the limit `limit` of this limiter: it must be one of its limits,
     /// and the store one whose script may touch keys of several subjects (not a cluster, where
     /// they lie in different slots).
+    #[cfg(feature = "tower")]
     pub(crate) fn policy_limit(&self, limit: &str) -> Result<(), RedisConfigError> {
         if self.inner.store.is_cluster() {
             return Err(RedisConfigError::PoliciesOnCluster {
@@ -39,13 +46,16 @@ impl RedisGcra {
     }
 
     /// Whether `other` is this limiter (a clone of it): their policies go in one call.
+    #[cfg(feature = "tower")]
     pub(crate) fn same(&self, other: &RedisGcra) -> bool {
         alloc::sync::Arc::ptr_eq(&self.inner, &other.inner)
     }
 
-    /// Decides `n` tokens for every part at once, all or nothing, in one atomic script: each
-    /// part's figures as it stands after the decision. Counted once, as one check.
-    pub(crate) async fn check_each(&self, parts: &[Part], n: u32) -> Vec<EachAnswer> {
+    /// Decides every part at once, all or nothing (but for parts in shadow mode), in one atomic
+    /// script: each part's figures as it stands after the decision. Counted once, as one check
+    /// of the largest part.
+    pub(crate) async fn check_each(&self, parts: &[Part]) -> Vec<EachAnswer> {
+        let n = parts.iter().map(|p| p.n).max().unwrap_or(0);
         let limits = self.limits();
         // A limit removed since the policy was made cannot happen (limits are only retuned):
         // such a part is held to none and refused, which errs towards refusing.
@@ -60,27 +70,30 @@ impl RedisGcra {
                 .map(|i| (Some(Ok(refused)), quota(i)))
                 .collect();
         };
-        if let Some(e) = held
-            .iter()
-            .find_map(|l| InsufficientCapacity::check(n, l.quota.burst()).err())
-        {
+        let too_costly = |i: usize| {
+            let p = &parts[i];
+            InsufficientCapacity::check(p.n, held[i].quota.burst())
+                .err()
+                .filter(|_| !p.shadow)
+        };
+        if let Some(e) = (0..parts.len()).find_map(too_costly) {
             // Answered without a round trip, as `check_n` answers it.
             self.inner.options.count(n, &Err(e));
             return (0..parts.len())
-                .map(|i| {
-                    let too_costly = InsufficientCapacity::check(n, held[i].quota.burst());
-                    (too_costly.err().map(Err), held[i].quota)
-                })
+                .map(|i| (too_costly(i).map(Err), held[i].quota))
                 .collect();
         }
         let keys: Vec<String> = parts
             .iter()
             .map(|p| self.key(&p.subject, &p.limit))
             .collect();
-        let mut args: Vec<u64> = Vec::with_capacity(2 + 4 * held.len());
+        let mut args: Vec<u64> = Vec::with_capacity(2 + 6 * held.len());
         args.extend([Mode::Each as u64, u64::from(n)]);
         for l in &held {
             args.extend(l.script.args());
+        }
+        for p in parts {
+            args.extend([u64::from(p.n), u64::from(p.shadow)]);
         }
         let inner = &*self.inner;
         let until = inner.options.until();
@@ -108,8 +121,14 @@ impl RedisGcra {
                         let burst = held[i].quota.burst();
                         let d = match &each {
                             Some(each) => {
+                                // Admitted where the call passed (a shadow part only with room of
+                                // its own); else, by itself, whether it had room.
                                 let e = each[i];
-                                let room = e.room || allowed;
+                                let room = if allowed && !parts[i].shadow {
+                                    true
+                                } else {
+                                    e.room
+                                };
                                 script::decision(
                                     room,
                                     e.remaining,
@@ -148,7 +167,7 @@ impl RedisGcra {
                 let answers: Vec<EachAnswer> = (0..parts.len())
                     .map(|i| {
                         let burst = held[i].quota.burst();
-                        let d = self.on_failure(&keys[i], n, &e, burst);
+                        let d = self.on_failure(&keys[i], parts[i].n, &e, burst);
                         (Some(Ok(d)), held[i].quota)
                     })
                     .collect();
