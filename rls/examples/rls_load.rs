@@ -183,6 +183,7 @@ fn main() {
         "Each level: {} s or {MAX_CALLS} calls; latency as the client sees it.\n",
         secs.as_secs_f64()
     );
+    #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
     let mut backends: Vec<(String, Engine)> = vec![(
         "local (in process)".into(),
         Engine::new(&domains(), 100_000).unwrap(),
