@@ -10,14 +10,11 @@ mod redis_server;
 
 use std::time::Duration;
 
-use common::{Rls, folder};
+use common::{Rls, ask, client, folder, over, request};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
-use tonic::transport::Channel;
 
 const CONFIG: &str = r#"
 domain: edge
@@ -39,26 +36,6 @@ fn descriptor(key: &str, value: &str) -> RateLimitDescriptor {
         }],
         ..RateLimitDescriptor::default()
     }
-}
-
-fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "edge".into(),
-        descriptors,
-        hits_addend: 0,
-    }
-}
-
-async fn client(rls: &Rls) -> RateLimitServiceClient<Channel> {
-    RateLimitServiceClient::connect(rls.url()).await.unwrap()
-}
-
-async fn ask(c: &mut RateLimitServiceClient<Channel>, r: RateLimitRequest) -> RateLimitResponse {
-    c.should_rate_limit(r).await.unwrap().into_inner()
-}
-
-fn over(r: &RateLimitResponse) -> bool {
-    r.overall_code == Code::OverLimit as i32
 }
 
 #[tokio::test]

@@ -10,6 +10,12 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
 pub struct Rls {
     pub child: Child,
     pub grpc: SocketAddr,
@@ -138,4 +144,28 @@ impl Drop for Rls {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A request of `descriptors` in the tests' domain, `edge`.
+pub fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+pub async fn client(rls: &Rls) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(rls.url()).await.unwrap()
+}
+
+pub async fn ask(
+    c: &mut RateLimitServiceClient<Channel>,
+    r: RateLimitRequest,
+) -> RateLimitResponse {
+    c.should_rate_limit(r).await.unwrap().into_inner()
+}
+
+pub fn over(r: &RateLimitResponse) -> bool {
+    r.overall_code == Code::OverLimit as i32
 }
