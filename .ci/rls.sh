@@ -6,6 +6,7 @@
 set -euo pipefail
 export CI="${CI:-true}"
 cargo test --features rls --lib rls
+cargo test --features rls,redis --lib lease
 cargo test -p atomic-limiter-rls
 cargo test -p atomic-limiter-rls --features redis
 cargo clippy -p atomic-limiter-rls --all-targets -- -D warnings

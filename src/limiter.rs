@@ -6,6 +6,11 @@
 //! denial made on a coarse or possibly stale reading, and the traits.
 
 pub(crate) mod algorithm;
+/// The lease word a node spends from a store's grants (the `redis` wing's hot path), apart from
+/// the wing so that its protocol is model-checked without the store.
+#[cfg(any(feature = "redis", atomic_limiter_loom))]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) mod lease;
 pub(crate) mod retire;
 /// The shared-state engine that `Keyed` and `Sharded` run many words on, one limiter's quota.
 #[cfg(feature = "std")]

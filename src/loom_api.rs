@@ -39,6 +39,46 @@ pub fn broken_refund<C: Clock>(reservation: Reservation<'_, C>) -> bool {
     reservation.loom_broken_refund()
 }
 
+/// A lease word (the `redis` wing's hot path, `limiter::lease`) on its own, so that its spend,
+/// refill and give-back are modelled without a store. Ticks are passed in.
+#[derive(Debug)]
+pub struct LeaseWord(crate::state_cell::StateCell);
+
+impl LeaseWord {
+    /// A lease of `tokens` that may be spent before tick `expiry`.
+    pub fn granted(expiry: u64, tokens: u32) -> LeaseWord {
+        let word = crate::state_cell::StateCell::new(0);
+        word.update(|w| crate::limiter::lease::add(w, 0, expiry, tokens));
+        LeaseWord(word)
+    }
+
+    /// Takes `n` at `now`: the expiry of the lease they were spent from, or `None` if refused.
+    pub fn spend(&self, now: u64, n: u32) -> Option<u64> {
+        match self.0.update(|w| crate::limiter::lease::spend(w, now, n)) {
+            crate::limiter::lease::Spend::Spent { expiry, .. } => Some(expiry),
+            crate::limiter::lease::Spend::Short { .. } => None,
+        }
+    }
+
+    /// A refill of `n` that expires at `expiry`, merged at `now`.
+    pub fn refill(&self, now: u64, expiry: u64, n: u32) {
+        self.0
+            .update(|w| crate::limiter::lease::add(w, now, expiry, n));
+    }
+
+    /// Gives back `n` spent from a lease expiring at `spent_expiry`: whether they went back.
+    pub fn give_back(&self, now: u64, spent_expiry: u64, n: u32) -> bool {
+        self.0
+            .update(|w| crate::limiter::lease::give_back(w, now, spent_expiry, n))
+    }
+
+    /// [`LeaseWord::give_back`] with the CAS replaced by a load and a store.
+    pub fn broken_give_back(&self, now: u64, spent_expiry: u64, n: u32) -> bool {
+        self.0
+            .update_racy(|w| crate::limiter::lease::give_back(w, now, spent_expiry, n))
+    }
+}
+
 #[cfg(feature = "std")]
 pub use self::with_std::*;
 

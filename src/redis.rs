@@ -84,7 +84,6 @@ use crate::quota::Quota;
 mod access;
 mod breaker;
 mod cluster;
-mod lease;
 mod leased;
 mod node;
 pub(crate) mod remote;
@@ -94,6 +93,8 @@ mod store;
 
 #[cfg(feature = "redis-tls")]
 pub use access::TlsOptions;
+#[cfg(feature = "rls")]
+pub(crate) use leased::Taken;
 pub use leased::{LeaseOptions, Leased};
 pub use remote::RedisGcra;
 pub use store::RedisStore;

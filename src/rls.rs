@@ -33,6 +33,8 @@
 mod config;
 mod engine;
 #[cfg(feature = "redis")]
+mod leases;
+#[cfg(feature = "redis")]
 mod store;
 
 #[cfg(test)]
@@ -43,5 +45,7 @@ pub use self::engine::{
     Answer, Engine, Entry, Item, MAX_DESCRIPTORS, MAX_ENTRIES, MAX_ENTRY_BYTES, Reloaded, Request,
     RequestError, Status,
 };
+#[cfg(feature = "redis")]
+pub use self::leases::Leasing;
 #[cfg(feature = "redis")]
 pub use self::store::Remote;

@@ -28,19 +28,22 @@ use tonic_health::pb::health_client::HealthClient;
 
 const CONFIG: &str = "domain: load\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n";
 const KEYS: u64 = 10_000;
+/// The leased backend's hot keys.
+#[cfg(feature = "redis")]
+const HOT_KEYS: u64 = 10;
 const MAX_CALLS: usize = 2_000_000;
 
 fn domains() -> Vec<DomainConfig> {
     vec![config::parse(CONFIG, "load.yaml", &mut Vec::new()).expect("the load's configuration")]
 }
 
-fn request(i: u64) -> RateLimitRequest {
+fn request(i: u64, keys: u64) -> RateLimitRequest {
     RateLimitRequest {
         domain: "load".into(),
         descriptors: vec![RateLimitDescriptor {
             entries: vec![PbEntry {
                 key: "client".into(),
-                value: format!("10.0.{}.{}", (i % KEYS) / 256, (i % KEYS) % 256),
+                value: format!("10.0.{}.{}", (i % keys) / 256, (i % keys) % 256),
             }],
             ..RateLimitDescriptor::default()
         }],
@@ -51,6 +54,7 @@ fn request(i: u64) -> RateLimitRequest {
 /// One level's figures.
 struct Level {
     rps: f64,
+    span: Duration,
     p50: Duration,
     p99: Duration,
     p999: Duration,
@@ -66,6 +70,7 @@ fn figures(mut lat: Vec<Duration>, span: Duration, errors: usize) -> Level {
     };
     Level {
         rps: lat.len() as f64 / span.as_secs_f64(),
+        span,
         p50: at(0.50),
         p99: at(0.99),
         p999: at(0.999),
@@ -76,7 +81,8 @@ fn figures(mut lat: Vec<Duration>, span: Duration, errors: usize) -> Level {
 #[derive(Clone, Copy)]
 enum Call {
     Health,
-    Rls,
+    /// On this many keys.
+    Rls(u64),
 }
 
 async fn level(channel: &Channel, call: Call, inflight: usize, secs: Duration) -> Level {
@@ -102,8 +108,8 @@ async fn level(channel: &Channel, call: Call, inflight: usize, secs: Duration) -
                         })
                         .await
                         .is_ok(),
-                    Call::Rls => rls
-                        .should_rate_limit(request(i))
+                    Call::Rls(keys) => rls
+                        .should_rate_limit(request(i, keys))
                         .await
                         .is_ok_and(|r| r.get_ref().overall_code == 1),
                 };
@@ -184,27 +190,45 @@ fn main() {
         secs.as_secs_f64()
     );
     #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
-    let mut backends: Vec<(String, Engine)> = vec![(
+    let mut backends: Vec<(String, Engine, u64)> = vec![(
         "local (in process)".into(),
         Engine::new(&domains(), 100_000).unwrap(),
+        KEYS,
     )];
     #[cfg(feature = "redis")]
     if let Some(url) = &redis {
-        use atomic_limiter::redis::{RedisOptions, RedisStore};
+        use atomic_limiter::redis::{LeaseOptions, RedisOptions, RedisStore};
         let options = RedisOptions::default().with_deadline(Duration::from_millis(20));
         let store = server_rt
             .block_on(RedisStore::connect(url, &options))
             .expect("the store");
-        let remote = atomic_limiter::rls::Remote {
-            store,
+        let remote = |leasing| atomic_limiter::rls::Remote {
+            store: store.clone(),
             prefix: "rls-load".into(),
-            options,
+            options: options.clone(),
             unavailable: true,
+            leasing,
         };
         backends.push((
-            format!("redis at {url}"),
-            Engine::with_remote(&domains(), remote).unwrap(),
+            "redis, one script a request".into(),
+            Engine::with_remote(&domains(), remote(None)).unwrap(),
+            KEYS,
         ));
+        let leasing = atomic_limiter::rls::Leasing {
+            options: LeaseOptions::default(),
+            max_keys: 100_000,
+        };
+        // Leases have a reason to exist where keys are hot: each is renewed by one wait per
+        // lease TTL, so fewer than 100 requests a key per TTL cannot be 99 % without a wait.
+        for keys in [HOT_KEYS, KEYS] {
+            // Built in the server's runtime, where the leases refill in the background.
+            let _in_runtime = server_rt.enter();
+            backends.push((
+                format!("redis, leased, {keys} keys"),
+                Engine::with_remote(&domains(), remote(Some(leasing))).unwrap(),
+                keys,
+            ));
+        }
     }
     #[cfg(not(feature = "redis"))]
     if redis.is_some() {
@@ -220,7 +244,8 @@ fn main() {
         "what", "in flight", "calls/s", "p50", "p99", "p99.9", "errors"
     );
     let mut p50s = Vec::new();
-    for (name, engine) in backends {
+    let mut waits = Vec::new();
+    for (name, engine, keys) in backends {
         let listener = server_rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
@@ -229,7 +254,9 @@ fn main() {
         let engine = Arc::new(engine);
         let server = tonic::transport::Server::builder()
             .add_service(health_service)
-            .add_service(RateLimitServiceServer::new(service::Rls { engine }))
+            .add_service(RateLimitServiceServer::new(service::Rls {
+                engine: engine.clone(),
+            }))
             .serve_with_incoming(
                 tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             );
@@ -241,12 +268,25 @@ fn main() {
                 .await
                 .unwrap()
         });
+        // One call a key first: a key's first decision always waits for the store.
+        client_rt.block_on(async {
+            let mut rls = RateLimitServiceClient::new(channel.clone());
+            for i in 0..keys {
+                let _ = rls.should_rate_limit(request(i, keys)).await;
+            }
+        });
         for inflight in [1, 16, 64] {
             for (what, call) in [
                 ("bare tonic unary (health check)", Call::Health),
-                (name.as_str(), Call::Rls),
+                (name.as_str(), Call::Rls(keys)),
             ] {
+                let trips = engine.store_round_trips();
                 let l = client_rt.block_on(level(&channel, call, inflight, secs));
+                if matches!(call, Call::Rls(_)) && name.starts_with("redis") {
+                    let waited = engine.store_round_trips() - trips;
+                    let calls = (l.rps * l.span.as_secs_f64()).round();
+                    waits.push((name.clone(), inflight, waited as f64 / calls.max(1.0)));
+                }
                 println!(
                     "{:<34} {:>9} {:>12.0} {:>10.1?} {:>10.1?} {:>10.1?} {:>7}",
                     what, inflight, l.rps, l.p50, l.p99, l.p999, l.errors
@@ -255,6 +295,10 @@ fn main() {
             }
         }
         handle.abort();
+        #[cfg(feature = "redis")]
+        if let Some((keys, leases)) = engine.lease_figures() {
+            println!("{name}: {keys} keys hold a lease; {leases} leases asked of the store in all");
+        }
         println!();
     }
     for (name, _, inflight, _, _) in p50s.iter().filter(|p| p.1) {
@@ -273,5 +317,11 @@ fn main() {
                 p999
             );
         }
+    }
+    for (name, inflight, waited) in waits {
+        println!(
+            "{name}, {inflight} in flight: {:.2} % of decisions waited for a round trip to the store",
+            100.0 * waited
+        );
     }
 }

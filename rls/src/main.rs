@@ -45,9 +45,17 @@ struct Args {
     /// every replica; absent: in this process. Needs the `redis` feature.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
-    /// How the store decides: `gcra`, one atomic script per request.
+    /// How the store decides: `gcra`, one atomic script per request, exact; or `leased`, each
+    /// key spending a local lease refilled from the store in batches (no round trip while it
+    /// lasts; the fleet admits at most `burst + rate × (window + lease TTL)`).
     #[arg(long, value_enum, default_value = "gcra")]
     redis_mode: RedisMode,
+    /// How long a lease may be spent, in milliseconds (`leased` mode).
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    lease_ttl_ms: u64,
+    /// The most tokens one lease takes (`leased` mode).
+    #[arg(long, default_value_t = 1000)]
+    max_lease: u32,
     /// The prefix of the service's keys on the store.
     #[arg(long, default_value = "rls")]
     redis_prefix: String,
@@ -230,9 +238,6 @@ async fn engine(args: &Args, loaded: &config::Loaded) -> Result<(Engine, String)
         let engine = Engine::new(&loaded.domains, args.max_keys).map_err(refused)?;
         return Ok((engine, "local (this process)".into()));
     };
-    if matches!(args.redis_mode, RedisMode::Leased) {
-        return Err("--redis-mode leased is not available yet: use gcra".into());
-    }
     #[cfg(feature = "redis")]
     {
         use atomic_limiter::redis::{FailurePolicy, RedisOptions, RedisStore};
@@ -246,14 +251,31 @@ async fn engine(args: &Args, loaded: &config::Loaded) -> Result<(Engine, String)
         let store = RedisStore::connect(url, &options)
             .await
             .map_err(|e| format!("the store at {url}: {e}"))?;
+        let leasing = match args.redis_mode {
+            RedisMode::Gcra => None,
+            RedisMode::Leased => Some(atomic_limiter::rls::Leasing {
+                options: atomic_limiter::redis::LeaseOptions::default()
+                    .with_ttl(Duration::from_millis(args.lease_ttl_ms.max(1)))
+                    .with_max_lease(args.max_lease),
+                max_keys: args.max_keys,
+            }),
+        };
         let remote = atomic_limiter::rls::Remote {
             store,
             prefix: args.redis_prefix.clone(),
             options,
             unavailable: matches!(args.on_store_error, OnStoreError::Unavailable),
+            leasing,
         };
         let engine = Engine::with_remote(&loaded.domains, remote).map_err(refused)?;
-        Ok((engine, format!("redis at {url}, one script per request")))
+        let how = match args.redis_mode {
+            RedisMode::Gcra => "one script per request".to_owned(),
+            RedisMode::Leased => format!(
+                "leases of at most {} tokens for {} ms",
+                args.max_lease, args.lease_ttl_ms
+            ),
+        };
+        Ok((engine, format!("redis at {url}, {how}")))
     }
     #[cfg(not(feature = "redis"))]
     {

@@ -47,6 +47,10 @@ impl RateLimitService for Rls {
             }
         };
         count(domain, &answer);
+        if answer.waited_for_store {
+            metrics::counter!("rls_store_round_trips_total", "domain" => domain.to_owned())
+                .increment(1);
+        }
         metrics::histogram!("rls_decision_seconds").record(started.elapsed().as_secs_f64());
         Ok(Response::new(written(&answer)))
     }
@@ -61,6 +65,11 @@ fn read(request: &RateLimitRequest) -> Result<Request<'_>, GrpcStatus> {
             return Err(GrpcStatus::invalid_argument(format!(
                 "descriptor {i}: negative hits are not supported"
             )));
+        }
+        if d.limit.is_some() {
+            // Envoy's per-descriptor override: not applied (the configured limit decides), and
+            // counted so that an operator sees that proxies send it.
+            metrics::counter!("rls_limit_overrides_ignored_total").increment(1);
         }
         items.push(Item {
             entries: d

@@ -163,3 +163,107 @@ async fn an_outage_is_unavailable_or_the_configured_answer_and_recovers() {
         }
     }
 }
+
+/// The flags of a replica on leases that outlive the test, so that none expires under it.
+fn leased(url: &str) -> [&str; 6] {
+    [
+        "--redis",
+        url,
+        "--redis-mode",
+        "leased",
+        "--lease-ttl-ms",
+        "60000",
+    ]
+}
+
+#[tokio::test]
+async fn leases_give_back_what_a_refused_request_took() {
+    let Some(redis) = redis_server::RedisServer::start("rls leased give-back") else {
+        return;
+    };
+    let url = redis.url();
+    let rls = Rls::start(&folder("leased-give-back"), CONFIG, &leased(&url));
+    let mut c = client(&rls).await;
+    let both = || {
+        request(vec![
+            descriptor("remote_address", "3.3.3.3"),
+            descriptor("user", "ada"),
+        ])
+    };
+    assert!(!over(&ask(&mut c, both()).await));
+    assert!(!over(&ask(&mut c, both()).await));
+    // The user's 2 an hour are spent: refused, and the address's token goes back.
+    let refused = ask(&mut c, both()).await;
+    assert!(over(&refused));
+    assert_eq!(refused.statuses[1].code, Code::OverLimit as i32);
+    // So exactly 4 - 2 are left for the address, wherever they now lie (lease or store).
+    let addr = || request(vec![descriptor("remote_address", "3.3.3.3")]);
+    let mut admitted = 0;
+    for _ in 0..6 {
+        admitted += usize::from(!over(&ask(&mut c, addr()).await));
+    }
+    assert_eq!(admitted, 2, "what the refusal took came back, once");
+}
+
+#[tokio::test]
+async fn leased_replicas_never_pass_the_shared_quota_and_mostly_skip_the_store() {
+    let Some(redis) = redis_server::RedisServer::start("rls leased fleet") else {
+        return;
+    };
+    let url = redis.url();
+    let a = Rls::start(&folder("leased-a"), CONFIG, &leased(&url));
+    let b = Rls::start(&folder("leased-b"), CONFIG, &leased(&url));
+    let script = Rls::start(&folder("leased-script"), CONFIG, &["--redis", &url]);
+    let mut clients = [client(&a).await, client(&b).await, client(&script).await];
+    // Three replicas, two on leases and one deciding each request on the store, share one key:
+    // over 30 requests within the minute, at most its 4 pass in all.
+    let addr = || request(vec![descriptor("remote_address", "4.4.4.4")]);
+    let mut admitted = 0;
+    for i in 0..30 {
+        admitted += usize::from(!over(&ask(&mut clients[i % 3], addr()).await));
+    }
+    assert!((1..=4).contains(&admitted), "{admitted} admitted of 4");
+    // Below its quota, a replica on leases decides almost every request without the store: a
+    // key's first request waits for a lease, then background refills keep ahead of the demand.
+    let config = "domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: second, requests_per_unit: 100000}\n";
+    let hot = Rls::start(&folder("leased-hot"), config, &leased(&url));
+    let mut c = client(&hot).await;
+    let calls = 2000;
+    for i in 0..calls {
+        let r = request(vec![descriptor("client", ["x", "y"][i % 2])]);
+        assert!(!over(&ask(&mut c, r).await));
+    }
+    let (_, metrics) = hot.get("/metrics");
+    let trips: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("rls_store_round_trips_total{domain=\"edge\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .expect("the round trips are counted");
+    assert!(
+        trips >= 2.0 && trips <= calls as f64 * 0.05,
+        "{trips} of {calls} decisions waited for the store"
+    );
+}
+
+#[tokio::test]
+async fn a_key_flood_at_the_lease_cap_admits_nothing_extra() {
+    let Some(redis) = redis_server::RedisServer::start("rls leased flood") else {
+        return;
+    };
+    let url = redis.url();
+    let mut flags = leased(&url).to_vec();
+    flags.extend(["--max-keys", "2"]);
+    let rls = Rls::start(&folder("leased-flood"), CONFIG, &flags);
+    let mut c = client(&rls).await;
+    let user = |i: usize| request(vec![descriptor("user", &format!("u{i}"))]);
+    // Ten users through a table of two leases: none gets more than its 2 an hour once its
+    // lease has made room for another's (the store still holds what each spent). A lease made
+    // room for drops its unspent tokens, so a user may get fewer.
+    let mut admitted = [0; 10];
+    for _ in 0..3 {
+        for (i, a) in admitted.iter_mut().enumerate() {
+            *a += usize::from(!over(&ask(&mut c, user(i)).await));
+        }
+    }
+    assert!(admitted.iter().all(|a| (1..=2).contains(a)), "{admitted:?}");
+}

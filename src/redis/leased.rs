@@ -4,12 +4,12 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use core::time::Duration;
 
-use super::lease::{self, Spend};
 use super::remote::RedisGcra;
 use super::{FailurePolicy, failure_decision, script};
 use crate::clock::{Clock, DefaultClock};
 use crate::decision::{DecidedBy, Decision};
 use crate::gcra::Gcra;
+use crate::limiter::lease::{self, Spend};
 use crate::quota::InsufficientCapacity;
 use crate::state_cell::{StateCell, Step};
 use crate::sync::{AtomicU64, Ordering};
@@ -187,13 +187,35 @@ impl Leased {
     /// Checks a request for `n` tokens: from the lease when it holds them (no I/O), otherwise
     /// after one refill from the store (within the deadline), or by the failure policy.
     pub async fn check_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
-        let answer = self.decide_n(n).await;
+        let answer = self.decide_n(n).await.map(|a| a.decision);
         self.inner.remote.options().count(n, &answer);
         answer
     }
 
-    /// [`Leased::check_n`], before it is counted.
-    async fn decide_n(&self, n: u32) -> Result<Decision, InsufficientCapacity> {
+    /// [`Leased::check_n`], keeping what an admission took from the lease so that an
+    /// all-or-nothing decision can give it back ([`Taken::give_back`]). An admission by the
+    /// failure policy takes nothing from the lease and returns no `Taken`.
+    #[cfg(feature = "rls")]
+    pub(crate) async fn take_n(&self, n: u32) -> Result<Took, InsufficientCapacity> {
+        let answer = self.decide_n(n).await;
+        self.inner
+            .remote
+            .options()
+            .count(n, &answer.as_ref().map(|a| a.decision).map_err(|e| *e));
+        answer.map(|a| Took {
+            decision: a.decision,
+            taken: a.spent.map(|expiry| Taken {
+                leased: self.clone(),
+                n,
+                expiry,
+            }),
+            waited: a.waited,
+        })
+    }
+
+    /// [`Leased::check_n`], before it is counted; with the expiry of the lease an admission was
+    /// spent from.
+    async fn decide_n(&self, n: u32) -> Result<Decided, InsufficientCapacity> {
         InsufficientCapacity::check(n, self.max_cost())?;
         // The whole check waits at most one deadline: for the refill's lock and the store alike.
         let until = self.inner.remote.options().until();
@@ -202,22 +224,33 @@ impl Leased {
         if self.inner.handle.is_none() && self.inner.failing.load(Ordering::Relaxed) == 1 {
             self.refill(n, until).await;
         }
-        if let Some(d) = self.check_local(n) {
-            return Ok(d);
+        if let Some((decision, spent)) = self.local(n) {
+            return Ok(Decided {
+                decision,
+                spent,
+                waited: false,
+            });
         }
         // Relaxed: a statistic.
         self.inner.waited.fetch_add(1, Ordering::Relaxed);
         self.refill(n, until).await;
-        Ok(match self.check_local(n) {
-            Some(d) if d.decided_by() == DecidedBy::Lease && d.is_allowed() => {
-                d.decided_by_(DecidedBy::Store)
+        let (decision, spent) = match self.local(n) {
+            Some((d, spent)) if d.decided_by() == DecidedBy::Lease && d.is_allowed() => {
+                (d.decided_by_(DecidedBy::Store), spent)
             }
             Some(d) => d,
             // The store had fewer than `n` tokens to give: refuse for one period a token.
             None => {
                 let retry_us = self.inner.remote.period_ns().div_ceil(1000);
-                script::decision(false, 0, retry_us.max(1), 0, self.limit(), DecidedBy::Store)
+                let d =
+                    script::decision(false, 0, retry_us.max(1), 0, self.limit(), DecidedBy::Store);
+                (d, None)
             }
+        };
+        Ok(Decided {
+            decision,
+            spent,
+            waited: true,
         })
     }
 
@@ -225,17 +258,23 @@ impl Leased {
     /// `None` when only the store can decide (then [`Leased::check_n`] waits for it). Never does
     /// I/O; may queue a background refill.
     pub fn check_local(&self, n: u32) -> Option<Decision> {
+        self.local(n).map(|(d, _)| d)
+    }
+
+    /// [`Leased::check_local`], with the expiry of the lease an admission was spent from.
+    #[inline]
+    fn local(&self, n: u32) -> Option<(Decision, Option<u64>)> {
         let inner = &*self.inner;
         let now = inner.clock.now();
         match inner.word.update(|w| lease::spend(w, lease::tick(now), n)) {
-            Spend::Spent { left } => {
+            Spend::Spent { left, expiry } => {
                 // Relaxed: a hint for when to refill; a stale value refills a little early or late.
                 if u64::from(left) <= inner.low_water.load(Ordering::Relaxed) {
                     self.prefetch();
                 }
-                Some(self.lease_decision(true, left, 0, now))
+                Some((self.lease_decision(true, left, 0, now), Some(expiry)))
             }
-            Spend::Short { .. } => self.without_lease(now, n),
+            Spend::Short { .. } => self.without_lease(now, n).map(|d| (d, None)),
         }
     }
 
@@ -407,5 +446,53 @@ impl Drop for ClearOnDrop<'_> {
     fn drop(&mut self) {
         // Relaxed: see `Leased::prefetch`.
         self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A decision, the expiry of the lease an admission was spent from, and whether it waited for
+/// the store (the last two read by the rate-limit service alone).
+#[cfg_attr(not(feature = "rls"), allow(dead_code))]
+struct Decided {
+    decision: Decision,
+    spent: Option<u64>,
+    waited: bool,
+}
+
+/// What [`Leased::take_n`] decided.
+#[cfg(feature = "rls")]
+#[derive(Debug)]
+pub(crate) struct Took {
+    pub(crate) decision: Decision,
+    /// What an admission took from the lease.
+    pub(crate) taken: Option<Taken>,
+    /// The decision waited for a call to the store.
+    pub(crate) waited: bool,
+}
+
+/// Tokens an admission took from one [`Leased`]'s lease, which an all-or-nothing decision gives
+/// back when another part of it is refused. Consumed by [`Taken::give_back`], so it goes back at
+/// most once, and only to the lease it came from; dropped, the tokens stay spent.
+#[cfg(feature = "rls")]
+#[derive(Debug)]
+pub(crate) struct Taken {
+    leased: Leased,
+    n: u32,
+    /// The tick at which the lease they were spent from expires.
+    expiry: u64,
+}
+
+#[cfg(feature = "rls")]
+impl Taken {
+    /// Puts the tokens back into the lease while their own lease's TTL holds (the lease in the
+    /// word then expires no later than theirs: `lease::give_back`); past it they are dropped, and
+    /// the node admits less, never more. Says whether they went back, and the lease's figures
+    /// after.
+    pub(crate) fn give_back(self) -> (bool, Option<Decision>) {
+        let inner = &*self.leased.inner;
+        let tick = lease::tick(inner.clock.now());
+        let back = inner
+            .word
+            .update(|w| lease::give_back(w, tick, self.expiry, self.n));
+        (back, self.leased.check_local(0))
     }
 }

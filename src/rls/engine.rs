@@ -14,6 +14,7 @@ use crate::gcra::Gcra;
 use crate::keyed::table::Keyed;
 use crate::limiter::algorithm::Carry;
 use crate::quota::{InsufficientCapacity, Quota};
+use crate::sync::{AtomicU64, Ordering};
 
 /// The most a request may carry: descriptors, entries in one, and bytes in a key or a value.
 /// Past them a request is refused as invalid, before any lookup.
@@ -97,6 +98,9 @@ pub struct Answer {
     pub over_limit: bool,
     /// One status per descriptor, in the request's order.
     pub statuses: Vec<Status>,
+    /// The decision waited for a call to the store (never on the engine's own tables; on
+    /// leases, only when a lease could not cover the request).
+    pub waited_for_store: bool,
 }
 
 /// A configured limit in force: its name, limit, quota and table, shared by reloads that keep
@@ -129,9 +133,12 @@ struct Rules {
     domains: HashMap<String, Vec<Node>>,
     /// Every rule by name, for the next reload to find.
     by_name: HashMap<String, Arc<Rule>>,
-    /// The limits on the store, when the engine has one.
+    /// The limits on the store, when the engine has one and decides each request there.
     #[cfg(feature = "redis")]
     limiter: Option<crate::redis::RedisGcra>,
+    /// Each limit's leases by name, when the engine leases from a store.
+    #[cfg(feature = "redis")]
+    leases: HashMap<String, Arc<super::leases::Leases>>,
 }
 
 /// What a reload changed.
@@ -158,6 +165,8 @@ pub struct Reloaded {
 pub struct Engine {
     rules: RwLock<Arc<Rules>>,
     max_keys: usize,
+    /// Decisions that waited for a call to the store.
+    waited: AtomicU64,
     #[cfg(feature = "redis")]
     remote: Option<super::store::Remote>,
 }
@@ -168,6 +177,7 @@ impl Engine {
         let engine = Engine {
             rules: RwLock::new(Arc::default()),
             max_keys: max_keys.max(1),
+            waited: AtomicU64::new(0),
             #[cfg(feature = "redis")]
             remote: None,
         };
@@ -186,6 +196,7 @@ impl Engine {
         let engine = Engine {
             rules: RwLock::new(Arc::default()),
             max_keys: 1,
+            waited: AtomicU64::new(0),
             remote: Some(remote),
         };
         engine.reload(domains)?;
@@ -198,19 +209,30 @@ impl Engine {
     /// configuration they started with.
     pub fn reload(&self, domains: &[DomainConfig]) -> Result<Reloaded, ConfigError> {
         config::check(domains)?;
-        // The store's limiter first: it is the last thing that can fail.
-        #[cfg(feature = "redis")]
-        let limiter = match &self.remote {
-            Some(remote) => super::store::limiter(remote, &limits_of(domains))?,
-            None => None,
-        };
         let old = self.current();
+        // The store's limiters first: they are the last thing that can fail.
+        #[cfg(feature = "redis")]
+        let (limiter, leases) = match &self.remote {
+            Some(remote) => match remote.leasing {
+                Some(leasing) => {
+                    let limits = limits_of(domains);
+                    let leases = super::leases::build(remote, leasing, &limits, &old.leases)?;
+                    (None, leases)
+                }
+                None => (
+                    super::store::limiter(remote, &limits_of(domains))?,
+                    HashMap::new(),
+                ),
+            },
+            None => (None, HashMap::new()),
+        };
         let mut reloaded = Reloaded::default();
         #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
         let mut rules = build(domains, &old, self.max_keys, &mut reloaded);
         #[cfg(feature = "redis")]
         {
             rules.limiter = limiter;
+            rules.leases = leases;
         }
         reloaded.removed = old
             .by_name
@@ -226,6 +248,29 @@ impl Engine {
         let mut names: Vec<String> = self.current().by_name.keys().cloned().collect();
         names.sort();
         names
+    }
+
+    /// On leases: how many keys hold one now, and how many leases they have asked the store for
+    /// (background refills included; a key whose lease made room for another takes its count
+    /// along). `None` when the engine does not lease.
+    #[cfg(feature = "redis")]
+    pub fn lease_figures(&self) -> Option<(usize, u64)> {
+        self.remote.as_ref()?.leasing?;
+        let rules = self.current();
+        Some(
+            rules
+                .leases
+                .values()
+                .map(|l| l.figures())
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1)),
+        )
+    }
+
+    /// Decisions so far that waited for a call to the store: every one in one-script mode (but
+    /// those no limit applies to), on leases only those a lease could not cover.
+    pub fn store_round_trips(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.waited.load(Ordering::Relaxed)
     }
 
     /// Whether `domain` is configured (for a metric's label: a request's own domain is not
@@ -257,14 +302,24 @@ impl Engine {
         #[cfg(feature = "redis")]
         if let Some(remote) = &self.remote {
             let parts = parts(request, &rules);
-            return match &rules.limiter {
-                Some(limiter) => super::store::decide(limiter, remote.unavailable, parts).await,
-                // No limit configured: nothing to ask.
-                None => Ok(Answer {
-                    over_limit: false,
-                    statuses: parts.iter().map(Part::status).collect(),
-                }),
+            let answer = if remote.leasing.is_some() {
+                super::leases::decide(&rules.leases, remote.unavailable, parts).await
+            } else {
+                match &rules.limiter {
+                    Some(limiter) => super::store::decide(limiter, remote.unavailable, parts).await,
+                    // No limit configured: nothing to ask.
+                    None => Ok(Answer {
+                        over_limit: false,
+                        statuses: parts.iter().map(Part::status).collect(),
+                        waited_for_store: false,
+                    }),
+                }
             };
+            if answer.as_ref().is_ok_and(|a| a.waited_for_store) {
+                // Relaxed: a statistic.
+                self.waited.fetch_add(1, Ordering::Relaxed);
+            }
+            return answer;
         }
         decide_local(request, &rules)
     }
@@ -286,6 +341,7 @@ fn decide_local(request: &Request<'_>, rules: &Rules) -> Result<Answer, RequestE
     Ok(Answer {
         over_limit,
         statuses: parts.iter().map(Part::status).collect(),
+        waited_for_store: false,
     })
 }
 

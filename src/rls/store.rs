@@ -6,6 +6,7 @@ use alloc::vec::Vec;
 
 use super::config::ConfigError;
 use super::engine::{Answer, Part, RequestError};
+use super::leases::Leasing;
 use crate::decision::DecidedBy;
 use crate::quota::InsufficientCapacity;
 use crate::redis::remote::each;
@@ -25,6 +26,9 @@ pub struct Remote {
     /// While the store cannot answer, refuse to decide ([`RequestError::Unavailable`]: Envoy then
     /// applies its `failure_mode_deny`) instead of applying the failure policy.
     pub unavailable: bool,
+    /// Spend leases locally, refilled from the store in batches, instead of one script a
+    /// request: `None` decides every request on the store, exactly.
+    pub leasing: Option<Leasing>,
 }
 
 /// The limiter for `limits` (name and quota each) on `remote`; `None` when there is none to
@@ -91,12 +95,23 @@ pub(super) async fn decide(
     }
     // Refused already: nothing is asked, so nothing is spent.
     let doomed = parts.iter().any(|p| p.refused() && !p.shadow());
-    if !calls.is_empty() && !doomed {
+    let ask = !calls.is_empty() && !doomed;
+    if ask {
         let answers = limiter.check_each(&calls).await;
         for (i, (answer, _)) in asked.into_iter().zip(answers) {
             parts[i].answer = answer;
         }
     }
+    conclude(unavailable, &parts, ask)
+}
+
+/// The answer to decided `parts`: [`RequestError::Unavailable`] if the engine says so while any
+/// part was decided by the failure policy, otherwise every part's status.
+pub(super) fn conclude(
+    unavailable: bool,
+    parts: &[Part<'_>],
+    waited_for_store: bool,
+) -> Result<Answer, RequestError> {
     let failed = |p: &Part<'_>| {
         matches!(&p.answer, Some(Ok(d)) if matches!(
             d.decided_by(),
@@ -112,5 +127,6 @@ pub(super) async fn decide(
     Ok(Answer {
         over_limit,
         statuses: parts.iter().map(Part::status).collect(),
+        waited_for_store,
     })
 }

@@ -42,8 +42,9 @@ const fn pack(expiry: u64, tokens: u32) -> u64 {
 /// What spending found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Spend {
-    /// Taken; this many tokens are left.
-    Spent { left: u32 },
+    /// Taken; this many tokens are left, in a lease that expires at this tick (what a give-back
+    /// is checked against).
+    Spent { left: u32, expiry: u64 },
     /// Not enough valid tokens (`tokens` left, expired or not); nothing taken.
     Short { tokens: u32, expired: bool },
 }
@@ -56,10 +57,13 @@ pub(crate) fn spend(word: u64, now_tick: u64, n: u32) -> Step<Spend> {
     if expired || tokens < n {
         Step::Keep(Spend::Short { tokens, expired })
     } else if n == 0 {
-        Step::Keep(Spend::Spent { left: tokens })
+        Step::Keep(Spend::Spent {
+            left: tokens,
+            expiry,
+        })
     } else {
         let left = tokens - n;
-        Step::Store(Spend::Spent { left }, pack(expiry, left))
+        Step::Store(Spend::Spent { left, expiry }, pack(expiry, left))
     }
 }
 
@@ -77,6 +81,22 @@ pub(crate) fn add(word: u64, now_tick: u64, new_expiry: u64, granted: u32) -> St
         )
     };
     Step::Store((), merged)
+}
+
+/// Puts back `n` tokens spent from a lease that expires at tick `spent_expiry`, while that
+/// lease is still valid at `now_tick`. They merge as a refill does (`add`): the word's lease then
+/// expires at the earlier of its expiry and theirs, so no token given back is spent past its own
+/// TTL, and none is dropped while that TTL holds. Past it they are dropped: the node then admits
+/// less, never more. Tokens past the cap are dropped too. Says whether they went back.
+#[cfg(any(feature = "rls", atomic_limiter_loom))]
+pub(crate) fn give_back(word: u64, now_tick: u64, spent_expiry: u64, n: u32) -> Step<bool> {
+    if n == 0 || now_tick >= spent_expiry {
+        return Step::Keep(false);
+    }
+    let Step::Store((), merged) = add(word, now_tick, spent_expiry, n) else {
+        return Step::Keep(false);
+    };
+    Step::Store(true, merged)
 }
 
 /// The tokens field, valid or not (the refill measures demand from it).
@@ -115,8 +135,12 @@ mod tests {
             }
         );
         run(&mut w, |w| add(w, 0, 10, 2));
-        assert_eq!(run(&mut w, |w| spend(w, 9, 1)), Spend::Spent { left: 1 });
-        assert_eq!(run(&mut w, |w| spend(w, 9, 0)), Spend::Spent { left: 1 });
+        let one_left = Spend::Spent {
+            left: 1,
+            expiry: 10,
+        };
+        assert_eq!(run(&mut w, |w| spend(w, 9, 1)), one_left);
+        assert_eq!(run(&mut w, |w| spend(w, 9, 0)), one_left);
         assert_eq!(
             run(&mut w, |w| spend(w, 9, 2)),
             Spend::Short {
@@ -144,6 +168,39 @@ mod tests {
         // Over an expired lease, the new one stands alone.
         run(&mut w, |w| add(w, 10, 30, 3));
         assert_eq!(valid_tokens(w, 29), 3);
+    }
+
+    #[test]
+    #[cfg(feature = "rls")]
+    fn a_give_back_never_outlives_its_own_ttl() {
+        let mut w = 0;
+        run(&mut w, |w| add(w, 0, 10, 2));
+        let Spend::Spent { expiry, .. } = run(&mut w, |w| spend(w, 1, 2)) else {
+            panic!("spent");
+        };
+        assert!(run(&mut w, |w| give_back(w, 2, expiry, 1)));
+        assert_eq!(valid_tokens(w, 2), 1);
+        // A refill merged in keeps the earlier expiry: a give-back still fits.
+        run(&mut w, |w| add(w, 3, 20, 4));
+        assert!(run(&mut w, |w| give_back(w, 3, expiry, 1)));
+        assert_eq!(valid_tokens(w, 3), 6);
+        assert_eq!(valid_tokens(w, 10), 0);
+        // Drained and replaced by a later lease: the tokens go back, and the lease now expires
+        // when theirs does.
+        let _ = run(&mut w, |w| spend(w, 4, 6));
+        run(&mut w, |w| add(w, 4, 30, 1));
+        assert!(run(&mut w, |w| give_back(w, 4, expiry, 1)));
+        assert_eq!(valid_tokens(w, 9), 2);
+        assert_eq!(valid_tokens(w, 10), 0);
+        // Past their own TTL, or nothing at all: no change.
+        assert!(!run(&mut w, |w| give_back(w, 10, expiry, 1)));
+        assert!(!run(&mut w, |w| give_back(w, 4, 30, 0)));
+        assert_eq!(valid_tokens(w, 9), 2);
+        // Never past the cap.
+        let mut full = 0;
+        run(&mut full, |w| add(w, 0, 10, MAX_TOKENS));
+        assert!(run(&mut full, |w| give_back(w, 0, 10, 5)));
+        assert_eq!(tokens(full), MAX_TOKENS);
     }
 
     #[test]
