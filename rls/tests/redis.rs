@@ -267,3 +267,47 @@ async fn a_key_flood_at_the_lease_cap_admits_nothing_extra() {
     }
     assert!(admitted.iter().all(|a| (1..=2).contains(a)), "{admitted:?}");
 }
+
+#[tokio::test]
+async fn a_store_killed_under_leases_spends_them_then_is_unavailable_and_recovers() {
+    let Some(mut redis) = redis_server::RedisServer::start("rls leased outage") else {
+        return;
+    };
+    let url = redis.url();
+    let rls = Rls::start(&folder("leased-outage"), CONFIG, &leased(&url));
+    let mut c = client(&rls).await;
+    let addr = |a: &str| request(vec![descriptor("remote_address", a)]);
+    // A key with a lease in hand: its first request waits for one, later ones are local.
+    assert!(!over(&ask(&mut c, addr("7.7.7.7")).await));
+    redis.kill();
+    // What the lease holds is still spent with the store gone, never more than the quota's 4;
+    // a key without a lease, or one whose lease is spent, gets no decision.
+    let mut local = 1;
+    for _ in 0..6 {
+        match c.should_rate_limit(addr("7.7.7.7")).await {
+            Ok(answer) => local += usize::from(!over(&answer.into_inner())),
+            Err(e) => assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}"),
+        }
+    }
+    assert!(local <= 4, "{local} admitted of 4 with the store gone");
+    let e = c.should_rate_limit(addr("8.8.8.8")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    redis.restart();
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match c.should_rate_limit(addr("8.8.8.8")).await {
+            Ok(answer) => {
+                assert!(!over(&answer.into_inner()));
+                break;
+            }
+            Err(e) => {
+                assert_eq!(e.code(), tonic::Code::Unavailable);
+                assert!(
+                    std::time::Instant::now() < until,
+                    "no decision after the restart"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
