@@ -14,7 +14,9 @@ use common::{Rls, ask, client, folder, over, request};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::google::protobuf::UInt64Value;
+use tonic::transport::Channel;
 
 const CONFIG: &str = r#"
 domain: edge
@@ -145,12 +147,21 @@ async fn an_outage_is_unavailable_or_the_configured_answer_and_recovers() {
     );
     redis.restart();
     // Back once the store answers (the breaker's cooldown at most).
+    admitted_after_restart(&mut cs, r()).await;
+}
+
+/// Asks until the store decides again (the breaker's cooldown at most; 20 s at the very most),
+/// each answer until then `UNAVAILABLE`, and the first decision an admission.
+async fn admitted_after_restart(
+    c: &mut RateLimitServiceClient<Channel>,
+    r: envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest,
+) {
     let until = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        match cs.should_rate_limit(r()).await {
+        match c.should_rate_limit(r.clone()).await {
             Ok(answer) => {
                 assert!(!over(&answer.into_inner()));
-                break;
+                return;
             }
             Err(e) => {
                 assert_eq!(e.code(), tonic::Code::Unavailable);
@@ -293,21 +304,5 @@ async fn a_store_killed_under_leases_spends_them_then_is_unavailable_and_recover
     let e = c.should_rate_limit(addr("8.8.8.8")).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
     redis.restart();
-    let until = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        match c.should_rate_limit(addr("8.8.8.8")).await {
-            Ok(answer) => {
-                assert!(!over(&answer.into_inner()));
-                break;
-            }
-            Err(e) => {
-                assert_eq!(e.code(), tonic::Code::Unavailable);
-                assert!(
-                    std::time::Instant::now() < until,
-                    "no decision after the restart"
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+    admitted_after_restart(&mut c, addr("8.8.8.8")).await;
 }

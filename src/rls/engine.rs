@@ -213,17 +213,16 @@ impl Engine {
         // The store's limiters first: they are the last thing that can fail.
         #[cfg(feature = "redis")]
         let (limiter, leases) = match &self.remote {
-            Some(remote) => match remote.leasing {
-                Some(leasing) => {
-                    let limits = limits_of(domains);
-                    let leases = super::leases::build(remote, leasing, &limits, &old.leases)?;
-                    (None, leases)
+            Some(remote) => {
+                let limits = limits_of(domains);
+                match remote.leasing {
+                    Some(leasing) => (
+                        None,
+                        super::leases::build(remote, leasing, &limits, &old.leases)?,
+                    ),
+                    None => (super::store::limiter(remote, &limits)?, HashMap::new()),
                 }
-                None => (
-                    super::store::limiter(remote, &limits_of(domains))?,
-                    HashMap::new(),
-                ),
-            },
+            }
             None => (None, HashMap::new()),
         };
         let mut reloaded = Reloaded::default();
@@ -308,11 +307,7 @@ impl Engine {
                 match &rules.limiter {
                     Some(limiter) => super::store::decide(limiter, remote.unavailable, parts).await,
                     // No limit configured: nothing to ask.
-                    None => Ok(Answer {
-                        over_limit: false,
-                        statuses: parts.iter().map(Part::status).collect(),
-                        waited_for_store: false,
-                    }),
+                    None => super::store::conclude(remote.unavailable, &parts, false),
                 }
             };
             if answer.as_ref().is_ok_and(|a| a.waited_for_store) {
