@@ -14,6 +14,8 @@ redis-server --version
 export CI="${CI:-true}"
 cargo test --features redis --lib redis
 cargo test --features redis,metrics --test redis
+# Charge and settle, and an operator's changes of a subject, each once on a real server.
+cargo test --features redis,metrics --test redis_admin
 # One at a time: each fault test starts its own servers and times calls against a deadline, so
 # two at once on two cores would each read the other's load as the code's (serial takes no
 # longer: about 60 s either way).

@@ -67,9 +67,11 @@ fn pair(name: &str, reps: usize, plain: &dyn Fn() -> Decision, tunable: &dyn Fn(
         b.push(time(iters, tunable));
     }
     let (a, b) = (median(a), median(b));
-    let verdict = if b / a <= 1.2 { "within" } else { "ABOVE" };
+    // `Reconfigurable<Gcra>` admitting is held to 1.15x (as in `compare`), every other row to 1.2x.
+    let allowed = if name == "Gcra, allow" { 1.15 } else { 1.2 };
+    let verdict = if b / a <= allowed { "within" } else { "ABOVE" };
     println!(
-        "  {name:<34} {a:>7.2} ns  {b:>7.2} ns  {:>5.2}x  {verdict}",
+        "  {name:<34} {a:>7.2} ns  {b:>7.2} ns  {:>5.2}x  {verdict} {allowed}x",
         b / a
     );
 }
@@ -82,10 +84,10 @@ fn main() {
     let shut = Quota::per_hour(1).with_burst(1);
     println!(
         "What being reconfigurable costs a check (median ns per check; ratio: reconfigurable / plain,\n\
-         and whether it is within the 1.2x allowed)"
+         and whether it is within what is allowed: 1.15x for Gcra's admission, 1.2x elsewhere)"
     );
     println!(
-        "  {:<34} {:>10}  {:>10}  {:>6}  1.2x",
+        "  {:<34} {:>10}  {:>10}  {:>6}  bound",
         "limiter, path", "plain", "reconf.", "ratio"
     );
     for (path, q) in [("allow", open), ("deny", shut)] {

@@ -1,3 +1,4 @@
+pub(crate) mod admin;
 pub(crate) mod math;
 pub(crate) mod reservation;
 pub(crate) mod throttle;
@@ -75,6 +76,12 @@ impl Total for GcraAlgorithm {
     /// The TAT moves back by the tokens' cost, never behind now, so never past full.
     fn give_back(&self, tat: u64, now: u64, n: u32) -> Option<u64> {
         math::refund(tat, now, u64::from(n) * self.0.token)
+    }
+
+    fn settle(&self, tat: u64, now: u64, end: u64, taken: u32, actual: u32) -> Option<u64> {
+        let p = &self.0;
+        let owed = u64::from(actual).saturating_mul(p.token);
+        math::settle(tat, now, end, u64::from(taken) * p.token, owed, p)
     }
 }
 

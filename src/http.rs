@@ -72,10 +72,10 @@ mod policies;
 mod policy;
 mod service;
 
-pub use self::backend::{Backend, Checked};
+pub use self::backend::{Backend, ChargeFuture, Checked, Settle, Settlement};
 #[cfg(feature = "redis")]
 pub use self::backend::{StoreFuture, Subject};
-pub use self::fields::Headers;
+pub use self::fields::{Headers, QuotaUnit};
 pub use self::future::ResponseFuture;
 pub use self::key::{
     ForwardedIp, GlobalKey, HeaderKey, InvalidRange, IpKey, KeyError, KeyExtractor, MissingKey,

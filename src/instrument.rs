@@ -12,6 +12,7 @@
 //! | `atomic_limiter_failure_decisions_total` | `limiter`, `policy` (`open`, `closed`, `local`) | decisions a failure policy made while the store could not answer |
 //! | `atomic_limiter_backend_errors_total` | `limiter`, `reason` (`redis`, `timeout`, `bad_reply`, `circuit_open`) | calls to the store that got no answer |
 //! | `atomic_limiter_lease_refills_total` | `limiter` | leases granted to a `Leased` limiter |
+//! | `atomic_limiter_admin_total` | `limiter`, `op` (`settle`, `reset`, `remove`, `penalize`, `block`) | a charge settled and an operator's changes of a key, on a keyed table with [`Keyed::with_metrics`](crate::Keyed::with_metrics) or a `RedisGcra` whose options carry these counters |
 //! | `atomic_limiter_store_restarts_total` | `limiter` | times a Redis server answered with a new `run_id` (a restart: without persistence, each subject may get its burst again), counted by the store whose options carry these counters |
 //!
 //! A peek (`check_n(0)`) is no request: [`Instrumented`] and the Redis limiters count none.
@@ -76,9 +77,14 @@ pub struct LimiterMetrics {
     backend_circuit_open: Counter,
     lease_refills: Counter,
     store_restarts: Counter,
+    /// `atomic_limiter_admin_total`, by [`ADMIN_OPS`].
+    admin: [Counter; 5],
     /// The near-limit share of the burst, in parts per million.
     near_limit_ppm: u64,
 }
+
+/// The `op` labels of `atomic_limiter_admin_total`.
+pub(crate) const ADMIN_OPS: [&str; 5] = ["settle", "reset", "remove", "penalize", "block"];
 
 /// Why a call to the store got no answer, as `atomic_limiter_backend_errors_total` labels it.
 #[cfg_attr(not(feature = "redis"), allow(dead_code))]
@@ -124,6 +130,9 @@ impl LimiterMetrics {
             backend_circuit_open: backend("circuit_open"),
             lease_refills: of("atomic_limiter_lease_refills_total"),
             store_restarts: of("atomic_limiter_store_restarts_total"),
+            admin: ADMIN_OPS.map(
+                |op| counter!("atomic_limiter_admin_total", "limiter" => name.clone(), "op" => op),
+            ),
             near_limit_ppm: DEFAULT_NEAR_LIMIT_PPM,
         }
     }
@@ -205,6 +214,14 @@ impl LimiterMetrics {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn lease_refill(&self) {
         self.lease_refills.increment(1);
+    }
+
+    /// Counts a settlement or an operator's change of a key: `op` is one of [`ADMIN_OPS`]
+    /// (anything else counts nothing).
+    pub(crate) fn admin(&self, op: &str) {
+        if let Some(i) = ADMIN_OPS.iter().position(|o| *o == op) {
+            self.admin[i].increment(1);
+        }
     }
 
     /// Counts a restart of a store's server.

@@ -9,8 +9,10 @@
 //! | `quotas` | [`KeyQuotas`](crate::KeyQuotas): one quota or a function of the key; changes at run time |
 //! | `evict` | bounded memory: places, and the full buckets evicted at the cap |
 //! | `due` | the eviction index: held keys by when their bucket is full again |
+//! | `admin` | [`KeyCharge`]: a key charged on an estimate and settled; an operator's reset, removal, penalty and block |
 //! | `store` | the store contract ([`KeyedStore`]) and the default store |
 
+mod admin;
 pub(crate) mod due;
 mod entry;
 mod evict;
@@ -22,6 +24,7 @@ pub(crate) mod table;
 #[cfg(all(test, not(atomic_limiter_loom)))]
 mod tests;
 
+pub use self::admin::KeyCharge;
 pub use self::entry::KeyEntry;
 #[cfg(feature = "papaya")]
 pub use self::pinned::Pinned;
@@ -29,6 +32,7 @@ pub use self::quotas::QuotaFn;
 #[cfg(feature = "papaya")]
 pub use self::store::LockFreeStore;
 pub use self::store::{Change, KeyedStore, Retired};
+pub use self::table::DefaultStore;
 
 /// The hasher `Keyed` uses by default: aHash, keyed randomly per process, fast on short keys and
 /// resistant to hash flooding (an attacker who cannot see the keys cannot aim keys at one bucket).

@@ -14,14 +14,15 @@
 //! | [`FixedWindow`] | a counter and its window's index in one `AtomicU64` |
 //! | [`SlidingWindowCounter`] | two weighted window counts and the index in one `AtomicU64` |
 //! | [`SlidingWindowLog`] | exact: a ring of admission times behind a mutex (and why) |
+//! | [`CalendarWindow`], [`Calendar`] | a fixed window on UTC's boundaries: minutes to months and years (a plan of 10 000 a month) |
 //! | [`Throttle`] | the leaky bucket as a queue: reserve the next slot, learn the wait |
 //! | [`Sharded`] | one quota split over per-core, cache-padded shards, with stealing and gathering |
-//! | [`Keyed`] | one limiter per key on dashmap, with bounded memory (a full table is told apart) |
+//! | [`Keyed`] | one limiter per key, with bounded memory (a full table is told apart), on a map whose lookups take no lock (or dashmap) |
 //! | [`Reconfigurable`], [`ReconfigurableSharded`], [`ReconfigurableLog`], [`ReconfigurableThrottle`], [`Carry`] | a limiter (a sharded one, the exact log, a throttle) whose quota changes at run time, its state carried over |
 //! | [`Shadow`] | any limiter in shadow mode: decides and counts, lets everything through ([`Decision::shadow`]) |
 //! | [`Decision`] | allowed? remaining, limit, retry-after (also in whole seconds), reset-after |
 //! | [`Wait`], [`WaitError`] | waiting instead of rejecting: [`RateLimiter::wait_n`], [`RateLimiter::until_n_ready_with`] |
-//! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`] |
+//! | [`Clock`] | [`QuantaClock`] (default), [`CoarseClock`], [`StdClock`], [`ManualClock`], [`UtcClock`] (wall time, for calendar windows) |
 //! | `baseline` (feature) | the textbook mutex limiters, for benchmarks and differential tests |
 //! | `redis` (feature) | one quota across nodes, in Redis: `RedisGcra`, `Leased` |
 //! | `http` (feature `tower`) | a tower layer: `429` with `Retry-After` and the `RateLimit` fields |
@@ -63,6 +64,7 @@
 //! | `tower` | no | the `http` module: a tower layer answering `429` with the `RateLimit` fields |
 //! | `axum` | no | with `tower`: the peer address read from axum's `ConnectInfo` |
 //! | `metrics` | no | `LimiterMetrics` and `Instrumented`: counters on the `metrics` facade |
+//! | `papaya` | yes | `keyed::LockFreeStore`, a map whose lookups take no lock, and the default store of [`Keyed`] (`keyed::DefaultStore`; dashmap without it) |
 //!
 //! Without `std` the crate is `no_std` (it needs `alloc` for [`ManualClock`]'s shared time):
 //! [`Quota`], [`Gcra`], [`TokenBucket`], [`FixedWindow`], [`SlidingWindowCounter`], [`Throttle`]
@@ -104,11 +106,11 @@ mod token_bucket;
 mod wait;
 mod window;
 
-#[cfg(feature = "std")]
-pub use clock::StdClock;
 pub use clock::{Clock, ManualClock};
 #[cfg(feature = "quanta")]
 pub use clock::{CoarseClock, DefaultClock, QuantaClock};
+#[cfg(feature = "std")]
+pub use clock::{StdClock, UtcClock};
 pub use decision::{DecidedBy, Decision};
 pub use gcra::Gcra;
 pub use gcra::reservation::{Reservation, ReservationGuard};
@@ -116,11 +118,14 @@ pub use gcra::throttle::{Throttle, ThrottleError};
 #[cfg(feature = "metrics")]
 pub use instrument::{Instrumented, LimiterMetrics};
 #[cfg(feature = "std")]
+pub use keyed::KeyCharge;
+#[cfg(feature = "std")]
 pub use keyed::quotas::KeyQuotas;
 #[cfg(feature = "std")]
 pub use keyed::table::Keyed;
 pub use limiter::Limiter;
 pub use limiter::algorithm::Carry;
+pub use limiter::charge::Charge;
 #[cfg(feature = "std")]
 pub use limiter::shared::KeyedLimiter;
 pub use quota::{InsufficientCapacity, Quota, QuotaError};
@@ -134,6 +139,8 @@ pub use shadow::Shadow;
 pub use sharded::Sharded;
 pub use token_bucket::TokenBucket;
 pub use wait::{Wait, WaitError};
+pub use window::calendar::CalendarWindow;
+pub use window::civil::Calendar;
 #[cfg(feature = "std")]
 pub use window::log::SlidingWindowLog;
 pub use window::{FixedWindow, SlidingWindowCounter};

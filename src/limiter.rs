@@ -6,6 +6,7 @@
 //! denial made on a coarse or possibly stale reading, and the traits.
 
 pub(crate) mod algorithm;
+pub(crate) mod charge;
 /// The lease word a node spends from a store's grants (the `redis` wing's hot path), apart from
 /// the wing so that its protocol is model-checked without the store.
 #[cfg(any(feature = "redis", atomic_limiter_loom))]
@@ -120,6 +121,12 @@ impl<A: Algorithm, C: Clock> Limiter<A, C> {
     /// The quota the limiter enforces.
     pub fn quota(&self) -> Quota {
         self.quota
+    }
+
+    /// The state word, for an algorithm's own steps beside the check (a GCRA charge's
+    /// settlement).
+    pub(crate) fn cell(&self) -> &StateCell {
+        &self.word
     }
 
     /// The algorithm's parameters, for its own methods.

@@ -39,6 +39,22 @@ pub fn broken_refund<C: Clock>(reservation: Reservation<'_, C>) -> bool {
     reservation.loom_broken_refund()
 }
 
+/// A settlement with the CAS replaced by a load and a store.
+pub fn broken_settle<A: crate::limiter::algorithm::Continuous, C: Clock>(
+    charge: crate::limiter::charge::Charge<'_, A, C>,
+    actual: u32,
+) {
+    charge.loom_broken_settle(actual);
+}
+
+/// A calendar window's check of one token with the CAS replaced by a load and a store: whether
+/// it was admitted.
+pub fn calendar_broken_check<C: Clock>(
+    window: &crate::window::calendar::CalendarWindow<C>,
+) -> bool {
+    window.loom_broken_check()
+}
+
 /// A lease word (the `redis` wing's hot path, `limiter::lease`) on its own, so that its spend,
 /// refill and give-back are modelled without a store. Ticks are passed in.
 #[derive(Debug)]

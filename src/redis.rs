@@ -83,6 +83,7 @@ use crate::quota::Quota;
 
 mod access;
 mod breaker;
+mod calendar;
 mod cluster;
 mod leased;
 mod node;
@@ -93,10 +94,11 @@ mod store;
 
 #[cfg(feature = "redis-tls")]
 pub use access::TlsOptions;
+pub use calendar::RedisCalendarWindow;
 #[cfg(feature = "rls")]
 pub(crate) use leased::Taken;
-pub use leased::{LeaseOptions, Leased};
-pub use remote::RedisGcra;
+pub use leased::{LeaseOptions, Leased, LeasedCharge};
+pub use remote::{RedisCharge, RedisGcra};
 pub use store::RedisStore;
 
 /// What a limiter does while the store cannot answer within its deadline (or its circuit breaker
@@ -246,6 +248,26 @@ impl RedisOptions {
         let _ = error;
     }
 
+    /// When a client refused after the failure `e` may try again: when the breaker lets a call
+    /// through, or one cooldown.
+    pub(crate) fn failure_retry_ns(&self, e: &StoreError) -> u64 {
+        match e {
+            StoreError::CircuitOpen { retry_after } => {
+                u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX)
+            }
+            _ => self.cooldown_ns(),
+        }
+    }
+
+    /// Counts a settlement or an operator's change of a subject, if counters were given.
+    pub(crate) fn count_admin(&self, op: &str) {
+        #[cfg(feature = "metrics")]
+        if let Some(m) = &self.metrics {
+            m.admin(op);
+        }
+        let _ = op;
+    }
+
     /// Counts a lease granted, if counters were given.
     pub(crate) fn count_lease(&self) {
         #[cfg(feature = "metrics")]
@@ -344,8 +366,10 @@ pub enum RedisConfigError {
         /// The name.
         limit: String,
     },
-    /// This limit's window (a full burst's worth of time) is longer than the script keeps exact:
-    /// 2^51 units of the local [`Gcra`](crate::Gcra), 26 days for a period of whole nanoseconds.
+    /// This limit's window (a full burst's worth of time) is longer than the script can keep:
+    /// 2^51 µs, 71 years. (Windows past 2^51 units of the local [`Gcra`](crate::Gcra), 26 days
+    /// for a period of whole nanoseconds, are kept in whole microseconds, the period rounded up
+    /// to the next one.)
     WindowTooLong {
         /// The limit's name.
         limit: String,
@@ -378,7 +402,7 @@ impl fmt::Display for RedisConfigError {
             ),
             RedisConfigError::WindowTooLong { limit } => write!(
                 f,
-                "limit `{limit}`: a full burst spans more time than the script keeps exact (26 days at most)"
+                "limit `{limit}`: a full burst spans more time than the script can keep (71 years at most)"
             ),
         }
     }

@@ -100,6 +100,11 @@ impl Total for TokenBucketAlgorithm {
             &self.0,
         )
     }
+
+    /// An excess is taken down to empty, no further: a bucket holds no debt.
+    fn settle(&self, word: u64, now: u64, stored: u64, taken: u32, actual: u32) -> Option<u64> {
+        carry::settle(word, now, stored, taken, actual, &self.0)
+    }
 }
 
 /// What the bucket's step carries out of the CAS loop: two words, in registers (three fields

@@ -1,6 +1,9 @@
 //! The window limiters: a fixed window and the sliding window counter, each a count (or two) and
-//! the window's index packed in one word ([`math`]), and the exact sliding window log ([`log`]).
+//! the window's index packed in one word ([`math`]); the exact sliding window log ([`log`]); and
+//! the fixed window on the calendar's boundaries ([`calendar`], its dates in [`civil`]).
 
+pub(crate) mod calendar;
+pub(crate) mod civil;
 pub(crate) mod math;
 
 #[cfg(feature = "std")]

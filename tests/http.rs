@@ -524,6 +524,84 @@ mod redis_backend {
         ));
     }
 
+    /// Charge and settle end to end: a real client, two servers as two nodes with a layer each on
+    /// one Redis, a handler that reports what it used. Each settlement is seen from both nodes,
+    /// with the figures the local table gives in `src/http/tests/settle.rs`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn responses_settle_their_charges_in_redis() {
+        use atomic_limiter::http::HeaderKey;
+        use axum::http::{HeaderMap, HeaderName};
+        let Some(redis) = redis_server::RedisServer::start("http redis settle") else {
+            return;
+        };
+        // A token every 36 s: a stall of the host during the test cannot refill one.
+        let quota = Quota::per_hour(100);
+        let options = RedisOptions::default();
+        let echo = |headers: HeaderMap| async move {
+            let mut answer = HeaderMap::new();
+            if let Some(used) = headers.get("x-actual") {
+                answer.insert("x-used", used.clone());
+            }
+            (answer, "done")
+        };
+        let mut nodes = Vec::new();
+        let mut peek = None;
+        for _ in 0..2 {
+            let store = RedisStore::connect(&redis.url(), &options).await.unwrap();
+            let limiter = Arc::new(RedisGcra::new(store, "http-settle", quota).unwrap());
+            peek = Some(limiter.clone());
+            let layer = RateLimitLayer::builder(
+                HeaderKey::new(HeaderName::from_static("x-api-key")),
+                limiter,
+            )
+            .cost(|head| {
+                head.headers()
+                    .get("x-estimate")
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or(1)
+            })
+            .settle_from_header(HeaderName::from_static("x-used"))
+            .build();
+            let app = Router::new().route("/", get(echo)).layer(layer);
+            nodes.push(Server::start(app).await);
+        }
+        let peek = peek.unwrap();
+        let left = || async { peek.check_n("k", 0).await.unwrap().remaining() };
+        let client = client();
+        let send = |node: usize, estimate: u32, actual: Option<u32>| {
+            let mut request = client
+                .get(nodes[node].url())
+                .header("x-api-key", "k")
+                .header("x-estimate", estimate.to_string());
+            if let Some(actual) = actual {
+                request = request.header("x-actual", actual.to_string());
+            }
+            request.send()
+        };
+        // 50 charged on one node, 20 used: 30 back, and the layer's header kept from the client.
+        let response = send(0, 50, Some(20)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().get("x-used").is_none());
+        assert_eq!(left().await, 80);
+        // 10 charged on the other, 40 used: 30 more owed.
+        send(1, 10, Some(40)).await.unwrap();
+        assert_eq!(left().await, 40);
+        // No count in the response: the estimate stands.
+        send(0, 10, None).await.unwrap();
+        assert_eq!(left().await, 30);
+        // A refusal took nothing and settles nothing.
+        let refused = send(1, 31, Some(0)).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(left().await, 30);
+        // A debt past the burst: 10 charged, 100 used, 70 owed; the next request, on the other
+        // node, waits for 71 tokens of 36 s.
+        send(0, 10, Some(100)).await.unwrap();
+        let refused = send(1, 1, Some(1)).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        let wait = retry_after(&refused);
+        assert!((71 * 36 - 2..=71 * 36).contains(&wait), "{wait}");
+    }
+
     /// On a Redis Cluster one request's subjects lie in different slots: a policy is refused at
     /// construction, not left to fail every call.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

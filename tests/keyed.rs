@@ -1,5 +1,5 @@
-//! Keyed limiters on dashmap (the default store): bounded memory under floods, eviction that never
-//! over-admits, racing inserts.
+//! Keyed limiters on dashmap (the store without the `papaya` feature): bounded memory under
+//! floods, eviction that never over-admits, racing inserts.
 
 use dashmap::DashMap;
 

@@ -173,3 +173,33 @@ fn a_reconfigurable_limiter_is_counted() {
     assert_eq!(count(&c, "allowed_total", "limiter=paced"), 1);
     assert_eq!(count(&c, "denied_total", "limiter=paced"), 1);
 }
+
+/// A keyed table given counters counts each settlement and each operator's change of a key.
+#[test]
+fn a_keyed_tables_settlements_and_changes_are_counted() {
+    let recorder = DebuggingRecorder::new();
+    metrics::with_local_recorder(&recorder, || {
+        let table = Keyed::gcra_with_clock(Quota::per_second(10), 100, ManualClock::new())
+            .with_metrics(LimiterMetrics::new("keys"));
+        table.charge_key("a", 5).unwrap().settle(1);
+        table.charge_key("a", 1).unwrap().settle(3);
+        drop(table.charge_key("a", 1).unwrap());
+        let _ = table.penalize("b", 4);
+        let _ = table.block("c", Duration::from_secs(1));
+        assert!(table.reset("b"));
+        assert!(table.remove("c"));
+    });
+    let c = counters(&recorder);
+    let get = |op: &str| count(&c, "admin_total", &format!("limiter=keys,op={op}"));
+    assert_eq!(
+        [
+            get("settle"),
+            get("penalize"),
+            get("block"),
+            get("reset"),
+            get("remove")
+        ],
+        [2, 1, 1, 1, 1],
+        "{c:?}"
+    );
+}

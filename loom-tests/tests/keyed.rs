@@ -1,7 +1,7 @@
-//! Models 6, 11, 14, 15 and 16, on `Keyed`: racing first checks on one key share one bucket, and
-//! are not told the table is full by each other; a check racing a change of the table's quota
+//! Models 6, 11, 14, 15, 16 and 19, on `Keyed`: racing first checks on one key share one bucket,
+//! and are not told the table is full by each other; a check racing a change of the table's quota
 //! decides on one quota; on a store whose checks run beside its changes, no admission is lost to
-//! an eviction or a move.
+//! an eviction or a move, and no penalty to a move.
 #![cfg(atomic_limiter_loom)]
 
 mod common;
@@ -351,6 +351,34 @@ fn model_15_broken_twin_is_caught() {
     an_eviction_never_forgets_an_admission(true);
 }
 
+/// Models 16 and 19's table: on the store of model 15 (with no flag when `broken`), key 7 at 1/s
+/// burst 2 until `fast` is set, then 10/s burst 2, through a quota function.
+fn moving_table(
+    broken: bool,
+) -> (
+    Arc<Keyed<u32, L, SharedMap<KeyEntry<L>>>>,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    use atomic_limiter::Quota;
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let clock = ManualClock::new();
+    let fast = Arc::new(AtomicBool::new(false));
+    let quota_fast = fast.clone();
+    let keyed = Arc::new(Keyed::with_store(
+        SharedMap::<KeyEntry<L>>::new(broken),
+        4,
+        KeyQuotas::PerKey(Box::new(move |_: &u32| {
+            if quota_fast.load(Relaxed) {
+                Quota::per_second(10).with_burst(2)
+            } else {
+                Quota::per_second(1).with_burst(2)
+            }
+        })),
+        move |q| Gcra::with_clock(q, clock.clone()),
+    ));
+    (keyed, fast)
+}
+
 /// Model 16: on a store whose checks run beside its changes, a check racing `Keyed::requota`.
 /// Key 7 has a burst of 2 at 1/s and has spent one token; the change moves it to 10/s with the
 /// same burst, carrying the share in use (one token of two). A check racing the move takes the last
@@ -360,25 +388,9 @@ fn model_15_broken_twin_is_caught() {
 /// old entry is lost, and both are admitted.
 fn a_move_never_forgets_an_admission(broken: bool) {
     loom::model(move || {
-        use atomic_limiter::{Carry, Quota};
-        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-        let clock = ManualClock::new();
-        let fast = Arc::new(AtomicBool::new(false));
-        let keyed = {
-            let fast = fast.clone();
-            Arc::new(Keyed::with_store(
-                SharedMap::<KeyEntry<L>>::new(broken),
-                4,
-                KeyQuotas::PerKey(Box::new(move |_: &u32| {
-                    if fast.load(Relaxed) {
-                        Quota::per_second(10).with_burst(2)
-                    } else {
-                        Quota::per_second(1).with_burst(2)
-                    }
-                })),
-                move |q| Gcra::with_clock(q, clock.clone()),
-            ))
-        };
+        use atomic_limiter::Carry;
+        use std::sync::atomic::Ordering::Relaxed;
+        let (keyed, fast) = moving_table(broken);
         assert!(keyed.check_key(&7).is_allowed());
         let checker = {
             let keyed = keyed.clone();
@@ -404,4 +416,40 @@ fn model_16_a_move_never_forgets_an_admission() {
 #[should_panic(expected = "a burst of 2 with one token spent")]
 fn model_16_broken_twin_is_caught() {
     a_move_never_forgets_an_admission(true);
+}
+
+/// Model 19: on a store whose checks run beside its changes, `Keyed::penalize` racing
+/// `Keyed::requota`. Key 7 (burst 2 at 1/s) has spent one token; a penalty of one more races the
+/// move to 10/s with the same burst, carrying the share in use. The penalty lands on the old entry
+/// before the move carries its word, or sees the entry retired and lands on the new one: either
+/// way the key is empty after both, and a check is refused. The broken twin, with no flag, writes
+/// the penalty into a word the move has already carried: it is lost, and the check admitted.
+fn a_penalty_racing_a_move_is_kept(broken: bool) {
+    loom::model(move || {
+        use atomic_limiter::Carry;
+        use std::sync::atomic::Ordering::Relaxed;
+        let (keyed, fast) = moving_table(broken);
+        assert!(keyed.check_key(&7).is_allowed());
+        let penalty = {
+            let keyed = keyed.clone();
+            thread::spawn(move || {
+                let _ = keyed.penalize(&7, 1);
+            })
+        };
+        fast.store(true, Relaxed);
+        assert!(keyed.requota(&7, Carry::Proportional));
+        penalty.join().unwrap();
+        assert!(!keyed.check_key(&7).is_allowed(), "the penalty is kept");
+    });
+}
+
+#[test]
+fn model_19_a_penalty_racing_a_move_is_kept() {
+    a_penalty_racing_a_move_is_kept(false);
+}
+
+#[test]
+#[should_panic(expected = "the penalty is kept")]
+fn model_19_broken_twin_is_caught() {
+    a_penalty_racing_a_move_is_kept(true);
 }

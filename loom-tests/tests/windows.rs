@@ -1,4 +1,4 @@
-//! Model 7, on the window limiters' packed counters.
+//! Models 7 and 20, on the window limiters' packed counters.
 #![cfg(atomic_limiter_loom)]
 
 use atomic_limiter::{Decision, ManualClock, Quota, RateLimiter, loom_api};
@@ -55,4 +55,42 @@ fn model_7_sliding_counter_admits_exactly_the_limit() {
 #[should_panic(expected = "admitted in one window of limit 2")]
 fn model_7_sliding_counter_broken_twin_is_caught() {
     admits_exactly_the_limit(sliding, |l| loom_api::broken_check_n(l, 1));
+}
+
+/// Model 20: `CalendarWindow`, limit 2 per UTC month, frozen clock on the last nanosecond of
+/// February 2024, three threads asking for one each: exactly 2 admitted. The broken twin counts
+/// with a load and a store, and admits 3.
+fn calendar_admits_exactly_the_limit(broken: bool) {
+    use atomic_limiter::{Calendar, CalendarWindow};
+    loom::model(move || {
+        let clock = ManualClock::new();
+        clock.set(1_709_251_199_999_999_999);
+        let window = Arc::new(CalendarWindow::with_clock(2, Calendar::Month, clock));
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let window = window.clone();
+                thread::spawn(move || {
+                    let admitted = if broken {
+                        loom_api::calendar_broken_check(&window)
+                    } else {
+                        window.check().is_allowed()
+                    };
+                    u32::from(admitted)
+                })
+            })
+            .collect();
+        let admitted: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(admitted, 2, "admitted in one month of limit 2");
+    });
+}
+
+#[test]
+fn model_20_calendar_window_admits_exactly_the_limit() {
+    calendar_admits_exactly_the_limit(false);
+}
+
+#[test]
+#[should_panic(expected = "admitted in one month of limit 2")]
+fn model_20_broken_twin_is_caught() {
+    calendar_admits_exactly_the_limit(true);
 }

@@ -22,6 +22,11 @@ mod std_clock;
 #[cfg(feature = "std")]
 pub use std_clock::StdClock;
 
+#[cfg(feature = "std")]
+mod utc_clock;
+#[cfg(feature = "std")]
+pub use utc_clock::UtcClock;
+
 #[cfg(feature = "quanta")]
 mod quanta_clock;
 #[cfg(feature = "quanta")]

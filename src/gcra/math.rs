@@ -293,3 +293,72 @@ pub(crate) const fn refund(tat: u64, now: u64, cost: u64) -> Option<u64> {
         Some(tat - cost)
     }
 }
+
+/// How far ahead of now a settlement, a penalty or a block may leave the TAT: the window and a
+/// queue's worth past it, the bound every TAT respects (below 2^63, so the signed reading holds).
+#[inline]
+pub(crate) const fn debt_limit(p: &GcraParams) -> u64 {
+    p.window + MAX_QUEUE_UNITS
+}
+
+/// Adds `units` of debt to the TAT at `now` (a penalty, or a settlement above its estimate), from
+/// now if the limiter is full, up to [`debt_limit`]. `None` when nothing changes.
+#[inline]
+pub(crate) const fn owe(tat: u64, now: u64, units: u64, p: &GcraParams) -> Option<u64> {
+    let (base, ahead) = debt(tat, now);
+    let limit = debt_limit(p);
+    if units == 0 || ahead >= limit {
+        return None;
+    }
+    let room = limit - ahead;
+    let add = if units < room { units } else { room };
+    Some(base.wrapping_add(add))
+}
+
+/// Settles a charge that took `taken` units and left the TAT at `end`, once its actual cost is
+/// known to be `owed` units, at `now`. More than taken is owed as debt ([`owe`]). Less gives the
+/// difference back only while the TAT is still `end`: nothing was admitted, owed or given back
+/// since (the charge is the latest, as a throttle's refundable reservation is). A refund moves
+/// every later request's span, and one word cannot record how far, so a surplus settled after
+/// another change is kept (`docs/design.md`, section 16.1, has the interleavings). The TAT never
+/// goes behind now, so a span time has already paid down gives nothing back. `None` when nothing
+/// changes.
+#[inline]
+pub(crate) const fn settle(
+    tat: u64,
+    now: u64,
+    end: u64,
+    taken: u64,
+    owed: u64,
+    p: &GcraParams,
+) -> Option<u64> {
+    if owed > taken {
+        return owe(tat, now, owed - taken, p);
+    }
+    if tat != end {
+        return None;
+    }
+    refund(tat, now, taken - owed)
+}
+
+/// Blocks until `units` from now: the TAT at which one token waits exactly that long, unless the
+/// limiter already owes more. `None` when nothing changes.
+#[inline]
+pub(crate) const fn block(tat: u64, now: u64, units: u64, p: &GcraParams) -> Option<u64> {
+    let (_, ahead) = debt(tat, now);
+    let limit = debt_limit(p);
+    let want = units.saturating_add(p.window - p.token);
+    let want = if want < limit { want } else { limit };
+    if want <= ahead || units == 0 {
+        None
+    } else {
+        Some(now.wrapping_add(want))
+    }
+}
+
+/// Full again: the TAT moved to now, unless it is behind already.
+#[inline]
+pub(crate) const fn reset(tat: u64, now: u64) -> Option<u64> {
+    let (_, ahead) = debt(tat, now);
+    if ahead == 0 { None } else { Some(now) }
+}

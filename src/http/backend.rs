@@ -80,6 +80,84 @@ where
     }
 }
 
+/// What [`Settle::charge`] answers: the decision on the estimate and, for an admission, the
+/// settlement to make once the actual cost is known.
+pub type ChargeFuture<'a> = core::pin::Pin<
+    alloc::boxed::Box<
+        dyn Future<
+                Output = (
+                    Result<Decision, InsufficientCapacity>,
+                    Option<Settlement<'a>>,
+                ),
+            > + Send
+            + 'a,
+    >,
+>;
+
+/// A charge's settlement: called once with the actual cost (it is consumed), its future
+/// awaited before the response goes on. Dropped uncalled, the charge stands at its estimate.
+pub type Settlement<'a> = alloc::boxed::Box<
+    dyn FnOnce(u32) -> core::pin::Pin<alloc::boxed::Box<dyn Future<Output = ()> + Send + 'a>>
+        + Send
+        + 'a,
+>;
+
+/// A backend that charges a request an estimate and settles its actual cost once the response
+/// is known ([`RateLimitLayerBuilder::settle_from`](crate::http::RateLimitLayerBuilder::settle_from)):
+/// a [`Keyed`] GCRA table (any store, any clock), and with the `redis` feature
+/// `redis::RedisGcra`.
+///
+/// # Examples
+///
+/// A table of one's own, charged and settled by hand as the layer does:
+///
+/// ```
+/// use atomic_limiter::http::Settle;
+/// use atomic_limiter::{Keyed, ManualClock, Quota};
+///
+/// # async fn run() {
+/// let table = Keyed::gcra_with_clock(Quota::per_second(10), 100, ManualClock::new());
+/// let (answer, settlement) = table.charge(&"k", 4).await;
+/// assert!(answer.unwrap().is_allowed());
+/// if let Some(settle) = settlement {
+///     settle(1).await; // 3 come back
+/// }
+/// # }
+/// ```
+pub trait Settle<K>: Backend<K> {
+    /// Charges `cost` tokens for `key`, as [`Backend::check`] checks them, keeping what the
+    /// settlement needs.
+    fn charge<'a>(&'a self, key: &K, cost: u32) -> ChargeFuture<'a>;
+}
+
+impl<K, C, M> Settle<K> for Keyed<K, crate::gcra::Gcra<C>, M>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: crate::clock::Clock + Send + Sync + 'static,
+    M: KeyedStore<K, KeyEntry<crate::gcra::Gcra<C>>> + Send + Sync + 'static,
+{
+    fn charge<'a>(&'a self, key: &K, cost: u32) -> ChargeFuture<'a> {
+        let answer = match self.charge_key(key, cost) {
+            Ok(charge) => {
+                let decision = charge.decision();
+                let settle: Settlement<'a> = alloc::boxed::Box::new(move |actual| {
+                    charge.settle(actual);
+                    alloc::boxed::Box::pin(core::future::ready(()))
+                });
+                (Ok(decision), decision.is_allowed().then_some(settle))
+            }
+            Err(e) => (Err(e), None),
+        };
+        alloc::boxed::Box::pin(core::future::ready(answer))
+    }
+}
+
+impl<K, T: Settle<K>> Settle<K> for alloc::sync::Arc<T> {
+    fn charge<'a>(&'a self, key: &K, cost: u32) -> ChargeFuture<'a> {
+        (**self).charge(key, cost)
+    }
+}
+
 /// A shared backend: one table behind several layers, or kept to inspect.
 impl<K, T: Backend<K>> Backend<K> for alloc::sync::Arc<T> {
     type Future = T::Future;
@@ -170,6 +248,29 @@ mod remote {
 
         fn quota(&self, _: &K) -> Option<Quota> {
             self.single_quota()
+        }
+    }
+
+    impl<K: Subject + Send + Sync + 'static> super::Settle<K> for RedisGcra {
+        fn charge<'a>(&'a self, key: &K, cost: u32) -> super::ChargeFuture<'a> {
+            let mut subject = String::new();
+            key.write_subject(&mut subject);
+            Box::pin(async move {
+                match RedisGcra::charge(self, &subject, cost).await {
+                    Ok(charge) => {
+                        let decision = charge.decision();
+                        let settle: super::Settlement<'a> = Box::new(move |actual| {
+                            Box::pin(async move {
+                                // A settlement the store cannot take stands at the estimate
+                                // (counted as the store's failure).
+                                let _ = charge.settle(actual).await;
+                            })
+                        });
+                        (Ok(decision), decision.is_allowed().then_some(settle))
+                    }
+                    Err(e) => (Err(e), None),
+                }
+            })
         }
     }
 

@@ -46,13 +46,69 @@ const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// A policy's name, as the structured-field String that identifies it (quoted, escaped).
+/// What a policy's quota counts, for the `qu` parameter of `RateLimit-Policy`.
+///
+/// The draft's registry of quota units defines `request` (the default, written as no `qu` at
+/// all), `content-bytes` and `concurrent-requests`. A quota of something else (an LLM's tokens,
+/// credits) names its own unit, which a client that does not know it reads as an opaque count;
+/// the draft asks service-specific names to carry a vendor prefix (`"acme-tokens"`).
+///
+/// # Examples
+///
+/// A quota of response bytes, told as such:
+///
+/// ```
+/// use atomic_limiter::http::{PeerIp, QuotaUnit, RateLimitLayer};
+/// use atomic_limiter::{Keyed, Quota};
+///
+/// // 10 MB a minute per client, each response charged its length.
+/// let layer = RateLimitLayer::builder(PeerIp::new(), Keyed::gcra(Quota::per_minute(10_000_000), 10_000))
+///     .quota_unit(QuotaUnit::ContentBytes) // RateLimit-Policy: "default";q=10000000;w=60;qu="content-bytes"
+///     .build();
+/// # let _ = layer;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum QuotaUnit {
+    /// Requests: no `qu` is written.
+    #[default]
+    Requests,
+    /// `qu="content-bytes"`: bytes of content.
+    ContentBytes,
+    /// `qu="concurrent-requests"`: requests in flight.
+    ConcurrentRequests,
+    /// A unit of the service's own, written as given (characters outside printable ASCII, the
+    /// double quote and the backslash dropped, so that the field always parses).
+    Other(String),
+}
+
+impl QuotaUnit {
+    /// The `;qu="…"` parameter, or nothing for requests.
+    fn parameter(&self) -> Option<String> {
+        let name = match self {
+            QuotaUnit::Requests => return None,
+            QuotaUnit::ContentBytes => "content-bytes",
+            QuotaUnit::ConcurrentRequests => "concurrent-requests",
+            QuotaUnit::Other(name) => name,
+        };
+        let clean: String = name
+            .chars()
+            .filter(|c| (' '..='~').contains(c) && *c != '"' && *c != '\\')
+            .collect();
+        Some(alloc::format!(";qu=\"{clean}\""))
+    }
+}
+
+/// A policy's name, as the structured-field String that identifies it (quoted, escaped), with
+/// the unit its quota counts.
 #[derive(Debug, Clone)]
 pub(crate) struct PolicyName {
     /// `"name"`, ready to write.
     quoted: Box<str>,
     /// The name as a JSON string, for the problem's `violated-policies`.
     json: Box<str>,
+    /// `;qu="unit"`, or nothing for requests.
+    unit: Option<Box<str>>,
 }
 
 impl PolicyName {
@@ -75,7 +131,14 @@ impl PolicyName {
         PolicyName {
             quoted: quoted.into(),
             json: json.into(),
+            unit: None,
         }
+    }
+
+    /// The same name, its quota counted in `unit`.
+    pub(crate) fn counting(mut self, unit: &QuotaUnit) -> PolicyName {
+        self.unit = unit.parameter().map(String::into_boxed_str);
+        self
     }
 }
 
@@ -205,6 +268,9 @@ pub(crate) fn write_items(out: &mut HeaderMap, mode: Headers, items: &[Item<'_>]
                     q.min(SF_MAX),
                     w.min(SF_MAX)
                 );
+                if let Some(unit) = &item.policy.unit {
+                    policies.push_str(unit);
+                }
             }
             if !limits.is_empty() {
                 limits.push_str(", ");

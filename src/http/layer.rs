@@ -13,13 +13,22 @@ use super::key::{KeyExtractor, MissingKey, RequestHead};
 use crate::sync::AtomicUsize;
 
 pub(super) type CostFn = Box<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
+pub(super) type ActualFn = Box<dyn Fn(&mut ::http::response::Parts) -> Option<u32> + Send + Sync>;
+
+/// A settlement's two halves: the backend's charge, and where the actual cost is read.
+pub(super) struct Settling<K, Be> {
+    pub(super) charge: for<'a> fn(&'a Be, &K, u32) -> super::backend::ChargeFuture<'a>,
+    pub(super) actual: ActualFn,
+}
 pub(super) type ExemptFn = Box<dyn Fn(&RequestHead<'_>) -> bool + Send + Sync>;
 
 /// What every clone of the layer and its services shares.
-pub(super) struct Config<X, Be> {
+pub(super) struct Config<X: KeyExtractor, Be> {
     pub(super) extractor: X,
     pub(super) backend: Be,
     pub(super) cost: Option<CostFn>,
+    /// Charged on the cost, settled from the response.
+    pub(super) settle: Option<Settling<X::Key, Be>>,
     pub(super) exempt: Option<ExemptFn>,
     pub(super) missing: MissingKey,
     pub(super) headers: Headers,
@@ -37,7 +46,7 @@ pub(super) struct Config<X, Be> {
     pub(super) waiting: AtomicUsize,
 }
 
-impl<X, Be> Config<X, Be> {
+impl<X: KeyExtractor, Be> Config<X, Be> {
     /// Whether the exemption picks `request`: out of line, so that a layer without one pays a
     /// load and a branch on its admitted path, and builds no head for it.
     #[inline(never)]
@@ -48,11 +57,11 @@ impl<X, Be> Config<X, Be> {
 }
 
 /// Builds a [`RateLimitLayer`]: the key, the backend, and how answers are written.
-pub struct RateLimitLayerBuilder<X, Be> {
+pub struct RateLimitLayerBuilder<X: KeyExtractor, Be> {
     pub(super) config: Config<X, Be>,
 }
 
-impl<X, Be> core::fmt::Debug for RateLimitLayerBuilder<X, Be> {
+impl<X: KeyExtractor, Be> core::fmt::Debug for RateLimitLayerBuilder<X, Be> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RateLimitLayerBuilder")
             .finish_non_exhaustive()
@@ -123,6 +132,74 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayerBuilder<X, Be> {
         self
     }
 
+    /// Charges each request its [`cost`](Self::cost) as an estimate, and settles its actual cost
+    /// from the response: `actual` reads it from the response's head (and may remove what it
+    /// read, a header meant for the layer only); `None`, or an error from the inner service,
+    /// leaves the charge at its estimate. More than the estimate is owed as debt that later
+    /// requests of the key wait out; less comes back (see [`Charge`](crate::Charge)). The backend
+    /// must keep what a settlement needs ([`Settle`](super::Settle): a GCRA [`Keyed`](crate::Keyed)
+    /// table, or `RedisGcra`). A settled request is never delayed: the delay mode refuses it at
+    /// once. A body streamed after the head is not read: a cost known only at its end is
+    /// settled by the handler itself (`Keyed::charge_key`).
+    ///
+    /// # Examples
+    ///
+    /// An LLM gateway: 10 000 tokens a minute per API key, each request charged the `max_tokens`
+    /// it asks for and settled at the count its handler reports in `x-usage-tokens`:
+    ///
+    /// ```
+    /// use atomic_limiter::http::{HeaderKey, QuotaUnit, RateLimitLayer};
+    /// use atomic_limiter::{Keyed, Quota};
+    /// use http::HeaderName;
+    ///
+    /// let tokens = Keyed::gcra(Quota::per_minute(10_000), 100_000);
+    /// let layer = RateLimitLayer::builder(HeaderKey::new(HeaderName::from_static("x-api-key")), tokens)
+    ///     .cost(|head| {
+    ///         head.headers()
+    ///             .get("x-max-tokens")
+    ///             .and_then(|v| v.to_str().ok()?.parse().ok())
+    ///             .unwrap_or(1_000)
+    ///     })
+    ///     .settle_from_header(HeaderName::from_static("x-usage-tokens"))
+    ///     .quota_unit(QuotaUnit::Other("tokens".into()))
+    ///     .build();
+    /// # let _ = layer;
+    /// ```
+    pub fn settle_from(
+        mut self,
+        actual: impl Fn(&mut ::http::response::Parts) -> Option<u32> + Send + Sync + 'static,
+    ) -> Self
+    where
+        Be: super::backend::Settle<X::Key>,
+    {
+        self.config.settle = Some(Settling {
+            charge: <Be as super::backend::Settle<X::Key>>::charge,
+            actual: Box::new(actual),
+        });
+        self
+    }
+
+    /// [`settle_from`](Self::settle_from) a header of the response holding the actual cost as a
+    /// whole number, removed before the response goes on (it is the layer's, not the client's).
+    /// A header that is absent or not a number leaves the charge at its estimate.
+    pub fn settle_from_header(self, name: ::http::HeaderName) -> Self
+    where
+        Be: super::backend::Settle<X::Key>,
+    {
+        self.settle_from(move |parts| {
+            let value = parts.headers.remove(&name)?;
+            value.to_str().ok()?.trim().parse().ok()
+        })
+    }
+
+    /// What the quota counts, written as `qu` in `RateLimit-Policy` (requests by default, and
+    /// then no `qu`).
+    pub fn quota_unit(mut self, unit: super::fields::QuotaUnit) -> Self {
+        let named = (*self.config.policy).clone().counting(&unit);
+        self.config.policy = Arc::new(named);
+        self
+    }
+
     /// Requests for which `exempt` is true go through unchecked and uncounted, with no fields;
     /// none is exempt by default. A CORS preflight, which browsers send without the credentials a
     /// key may be read from, is the usual case:
@@ -181,11 +258,11 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayerBuilder<X, Be> {
 /// key table, or a store that is down under a fail-closed policy, gets `503`.
 ///
 /// Cheap to clone (the state is shared); its services are always ready when the inner one is.
-pub struct RateLimitLayer<X, Be> {
+pub struct RateLimitLayer<X: KeyExtractor, Be> {
     pub(super) config: Arc<Config<X, Be>>,
 }
 
-impl<X, Be> Clone for RateLimitLayer<X, Be> {
+impl<X: KeyExtractor, Be> Clone for RateLimitLayer<X, Be> {
     fn clone(&self) -> Self {
         RateLimitLayer {
             config: self.config.clone(),
@@ -193,7 +270,7 @@ impl<X, Be> Clone for RateLimitLayer<X, Be> {
     }
 }
 
-impl<X, Be> core::fmt::Debug for RateLimitLayer<X, Be> {
+impl<X: KeyExtractor, Be> core::fmt::Debug for RateLimitLayer<X, Be> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RateLimitLayer").finish_non_exhaustive()
     }
@@ -212,6 +289,7 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayer<X, Be> {
                 extractor,
                 backend,
                 cost: None,
+                settle: None,
                 exempt: None,
                 missing: MissingKey::Reject,
                 headers: Headers::Ietf,
@@ -236,7 +314,7 @@ impl<X: KeyExtractor, Be: Backend<X::Key>> RateLimitLayer<X, Be> {
     }
 }
 
-impl<S, X, Be> Layer<S> for RateLimitLayer<X, Be> {
+impl<S, X: KeyExtractor, Be> Layer<S> for RateLimitLayer<X, Be> {
     type Service = RateLimitService<S, X, Be>;
 
     fn layer(&self, inner: S) -> Self::Service {

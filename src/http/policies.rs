@@ -107,6 +107,13 @@ impl Policy {
         self
     }
 
+    /// What this policy's quota counts, written as `qu` in `RateLimit-Policy` (requests by
+    /// default, and then no `qu`).
+    pub fn quota_unit(mut self, unit: super::fields::QuotaUnit) -> Policy {
+        self.name = Arc::new((*self.name).clone().counting(&unit));
+        self
+    }
+
     /// What to do with a request whose key header is absent: answer `400`
     /// ([`MissingKey::Reject`], the default) or leave this policy out of the request's decision
     /// ([`MissingKey::Skip`]). A shared key for such requests is the extractor's to give

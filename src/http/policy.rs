@@ -224,7 +224,7 @@ pub(super) struct WaitSlot<'a> {
 }
 
 impl<'a> WaitSlot<'a> {
-    pub(super) fn take<X, Be>(config: &'a Config<X, Be>) -> Option<WaitSlot<'a>> {
+    pub(super) fn take<X: KeyExtractor, Be>(config: &'a Config<X, Be>) -> Option<WaitSlot<'a>> {
         // Relaxed: a count; the bound is all it guards.
         config
             .waiting

@@ -17,12 +17,12 @@ use super::key::{KeyError, KeyExtractor, MissingKey, RequestHead};
 use crate::decision::Decision;
 
 /// The service a [`RateLimitLayer`] makes.
-pub struct RateLimitService<S, X, Be> {
+pub struct RateLimitService<S, X: KeyExtractor, Be> {
     pub(super) inner: S,
     pub(super) config: Arc<Config<X, Be>>,
 }
 
-impl<S: Clone, X, Be> Clone for RateLimitService<S, X, Be> {
+impl<S: Clone, X: KeyExtractor, Be> Clone for RateLimitService<S, X, Be> {
     fn clone(&self) -> Self {
         RateLimitService {
             inner: self.inner.clone(),
@@ -31,7 +31,7 @@ impl<S: Clone, X, Be> Clone for RateLimitService<S, X, Be> {
     }
 }
 
-impl<S, X, Be> core::fmt::Debug for RateLimitService<S, X, Be> {
+impl<S, X: KeyExtractor, Be> core::fmt::Debug for RateLimitService<S, X, Be> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RateLimitService").finish_non_exhaustive()
     }
@@ -69,6 +69,9 @@ where
             Err(e) => return self.unchecked(request, Some(e)),
         };
         let cost = config.cost.as_ref().map_or(1, |cost| cost(&head));
+        if config.settle.is_some() {
+            return self.settled(request, key, cost);
+        }
         // Admitted on the spot with nothing to add or count: the common path, all inline, and
         // no decision built for it.
         let answer = if config.fields_on_allowed() || config.counts() {
@@ -103,7 +106,7 @@ where
     }
 }
 
-impl<S, X, Be> RateLimitService<S, X, Be> {
+impl<S, X: KeyExtractor, Be> RateLimitService<S, X, Be> {
     /// A request let through unchecked (exempt, or its key missing where that is skipped or in
     /// shadow mode), or answered for its missing key. Out of line, as [`Self::slow`]: every
     /// call of the inner service inlined into `call` makes the common path's code larger.
@@ -128,6 +131,53 @@ impl<S, X, Be> RateLimitService<S, X, Be> {
             None => {}
         }
         ResponseFuture::inner(self.inner.call(request), None)
+    }
+
+    /// The path of a request charged on its cost and settled from its response, out of line as
+    /// [`Self::slow`].
+    #[inline(never)]
+    fn settled<ReqB, ResB>(
+        &mut self,
+        request: Request<ReqB>,
+        key: X::Key,
+        cost: u32,
+    ) -> ResponseFuture<S::Future, ResB, S::Error>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Send + 'static,
+        ReqB: Send + 'static,
+        ResB: From<Bytes> + Send + 'static,
+        X: KeyExtractor,
+        Be: Backend<X::Key>,
+    {
+        let clone = self.inner.clone();
+        let mut inner = core::mem::replace(&mut self.inner, clone);
+        let config = self.config.clone();
+        let future = async move {
+            let Some(settling) = &config.settle else {
+                return inner.call(request).await;
+            };
+            let (answer, settlement) = (settling.charge)(&config.backend, &key, cost).await;
+            match config.verdict::<ResB>(&key, answer) {
+                Verdict::Pass(fields) => {
+                    // An error of the inner service drops the settlement: the estimate stands.
+                    let response = inner.call(request).await?;
+                    let (mut parts, body) = response.into_parts();
+                    let actual = (settling.actual)(&mut parts);
+                    if let (Some(settle), Some(actual)) = (settlement, actual) {
+                        settle(actual).await;
+                    }
+                    Ok(with_fields(Response::from_parts(parts, body), fields))
+                }
+                Verdict::Answer(response) => Ok(*response),
+            }
+        };
+        ResponseFuture {
+            state: State::Slow {
+                future: Box::pin(future),
+            },
+        }
     }
 
     /// The path through an awaited backend or a delay, out of line: its future holds the request

@@ -130,3 +130,4 @@ mod answers;
 mod keys;
 mod modes;
 mod policies;
+mod settle;

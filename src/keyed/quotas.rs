@@ -246,13 +246,18 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     /// The quota `key` is checked on: the one quota, or what the quota function gives it (called
     /// again: a header that states the policy asks for it per response).
     pub fn quota_of(&self, key: &K) -> Quota {
+        self.quota_by(|quota_for| quota_for(key))
+    }
+
+    /// The table's one quota, or what `per_key` makes of the quota function.
+    pub(super) fn quota_by(&self, per_key: impl FnOnce(&QuotaFn<K>) -> Quota) -> Quota {
         match &self.quotas {
             Quotas::Shared {
                 first,
                 current,
                 changed,
             } => shared_quota(&**first, current, changed),
-            Quotas::PerKey { quota_for, .. } => quota_for(key),
+            Quotas::PerKey { quota_for, .. } => per_key(quota_for),
         }
     }
 }

@@ -149,5 +149,11 @@ pub(crate) mod engine {
         /// The word with `n` tokens taken moments ago given back, never past full; `None` when
         /// nothing changes (a gather across shards, undone half-way).
         fn give_back(&self, word: u64, now: u64, n: u32) -> Option<u64>;
+
+        /// The word with a charge of `taken` tokens that stored `stored` settled at `actual`
+        /// tokens, at `now`: an excess taken (into debt where the algorithm holds debt), a surplus
+        /// given back only while the word is still `stored` (the charge is the latest change).
+        /// `None` when nothing changes.
+        fn settle(&self, word: u64, now: u64, stored: u64, taken: u32, actual: u32) -> Option<u64>;
     }
 }

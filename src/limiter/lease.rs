@@ -88,7 +88,6 @@ pub(crate) fn add(word: u64, now_tick: u64, new_expiry: u64, granted: u32) -> St
 /// expires at the earlier of its expiry and theirs, so no token given back is spent past its own
 /// TTL, and none is dropped while that TTL holds. Past it they are dropped: the node then admits
 /// less, never more. Tokens past the cap are dropped too. Says whether they went back.
-#[cfg(any(feature = "rls", atomic_limiter_loom))]
 pub(crate) fn give_back(word: u64, now_tick: u64, spent_expiry: u64, n: u32) -> Step<bool> {
     if n == 0 || now_tick >= spent_expiry {
         return Step::Keep(false);
@@ -171,7 +170,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "rls")]
     fn a_give_back_never_outlives_its_own_ttl() {
         let mut w = 0;
         run(&mut w, |w| add(w, 0, 10, 2));

@@ -7,13 +7,14 @@
 //! aside. The ordering argument is in `docs/design.md`.
 
 use crate::decision::{Decision, Detail};
+use crate::state_cell::Step;
 #[cfg(feature = "std")]
 use {
     super::Limiter,
     super::algorithm::engine::Answer,
     super::algorithm::{self, Algorithm},
     crate::clock::{Clock, is_coarse},
-    crate::state_cell::{StateCell, Step},
+    crate::state_cell::StateCell,
     crate::sync::{AtomicBool, Ordering, fence},
 };
 
@@ -148,10 +149,20 @@ pub(crate) fn live<T>(
     retired: &AtomicBool,
     step: impl Fn(u64) -> Step<T>,
 ) -> impl Fn(u64) -> Step<Option<T>> {
+    gated(move || is_retired(retired), step)
+}
+
+/// `step`, unless `stopped` says the word was taken out of use (read after the word is loaded,
+/// as [`live`] reads its flag): then the word is left alone and the answer is `None`.
+#[inline(always)]
+pub(crate) fn gated<T>(
+    stopped: impl Fn() -> bool,
+    step: impl Fn(u64) -> Step<T>,
+) -> impl Fn(u64) -> Step<Option<T>> {
     // Always inlined, as `Limiter::step`.
     #[inline(always)]
     move |word| {
-        if is_retired(retired) {
+        if stopped() {
             return Step::Keep(None);
         }
         match step(word) {

@@ -10,6 +10,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use std::collections::HashMap;
 
+use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ConnectionInfo, RedisResult, Value};
 
@@ -182,12 +183,28 @@ pub(crate) fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig 
 /// A connection through `client`: made now within the connection timeout, or lazily (on first
 /// use, the failure policy deciding meanwhile) if the server cannot be reached now. A refusal no
 /// retry can mend (a wrong password, a certificate that does not verify) is the answer.
+///
+/// The first attempt is one connection, unretried: the manager retries whatever fails, so a
+/// refusal would cost three attempts and 60–120 ms of backoff, and on a loaded host could run
+/// past the timeout and be taken for a server still coming up. The probe is then dropped: the
+/// manager makes its own connection, within what is left of the timeout.
 pub(crate) async fn connection(
     client: redis::Client,
     options: &RedisOptions,
 ) -> RedisResult<ConnectionManager> {
+    let started = tokio::time::Instant::now();
+    let probe_config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_response_timeout(Some(options.deadline));
+    let probe = client.get_multiplexed_async_connection_with_config(&probe_config);
+    match tokio::time::timeout(options.connect_timeout, probe).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) if !access::may_come_up(&e) => return Err(e),
+        _ => return lazy(client, options),
+    }
+    let left = options.connect_timeout.saturating_sub(started.elapsed());
     let eager = ConnectionManager::new_with_config(client.clone(), manager_config(options));
-    match tokio::time::timeout(options.connect_timeout, eager).await {
+    match tokio::time::timeout(left, eager).await {
         Ok(Ok(manager)) => Ok(manager),
         Ok(Err(e)) if !access::may_come_up(&e) => Err(e),
         _ => lazy(client, options),

@@ -3,7 +3,8 @@
 -- KEYS[i]  the subject's key for limit i (all in one hash slot: the caller puts the subject in a
 --          {hash tag}).
 -- ARGV     mode (0: all n or nothing; 1: grant up to n; 2: all or nothing, each limit's figures
---          told), n, then for each limit: token, burst,
+--          told; 3: all or nothing, each limit's TAT after an admission told, for a charge's
+--          settlement), n, then for each limit: token, burst,
 --          denom, carry. Time is counted in units of 1/denom us; one token is `token` units.
 --          carry says what a state written under another quota becomes (0: the debt as time;
 --          1: the same share of the window).
@@ -30,7 +31,9 @@
 -- Reply: { allowed (1 or 0; 2 when n exceeds a limit's burst), granted, remaining, retry_us
 -- (rounded up), reset_us (rounded up), index of the limit that binds (or whose burst n exceeds) };
 -- in mode 2 followed, for a decision, by four figures of each limit in order: whether it alone had
--- room (1 or 0), remaining, retry_us and reset_us, as that limit stands after the decision.
+-- room (1 or 0), remaining, retry_us and reset_us, as that limit stands after the decision; in
+-- mode 3 followed, for an admission of n > 0, by the TAT each limit's write left, whole
+-- microseconds and remainder, two to a limit.
 
 local function server_now()
   local t = redis.call('TIME')
@@ -189,6 +192,7 @@ end
 
 local remaining, retry, reset, binding = -1, 0, 0, 1
 local each = {}
+local ends = {}
 for i = 1, count do
   local o = 7 * i
   local token, window, d, ahead = L[o - 6], L[o - 5], L[o - 4], L[o - 3]
@@ -203,6 +207,7 @@ for i = 1, count do
     local whole = math.floor(rem / d)
     redis.call('SET', KEYS[i], struct.pack('ddddd', L[o - 2] + whole, rem - whole * d, d, token,
       L[o]), 'PX', expiry(after, d))
+    ends[2 * i - 1], ends[2 * i] = L[o - 2] + whole, rem - whole * d
   elseif carried[i] then
     -- A carried state is written once, so that it is not carried again from a later reading.
     redis.call('SET', KEYS[i], struct.pack('ddddd', L[o - 2], L[o - 1], d, token, L[o]),
@@ -234,5 +239,8 @@ if allowed == 0 then take = 0 end
 local reply = { allowed, take, remaining, retry, reset, binding }
 if mode == 2 then
   for j = 1, 4 * count do reply[6 + j] = each[j] end
+end
+if mode == 3 and allowed == 1 and take > 0 then
+  for j = 1, 2 * count do reply[6 + j] = ends[j] end
 end
 return reply

@@ -4,6 +4,10 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use core::time::Duration;
 
+mod charge;
+
+pub use self::charge::LeasedCharge;
+
 use super::remote::RedisGcra;
 use super::{FailurePolicy, failure_decision, script};
 use crate::clock::{Clock, DefaultClock};
@@ -195,7 +199,6 @@ impl Leased {
     /// [`Leased::check_n`], keeping what an admission took from the lease so that an
     /// all-or-nothing decision can give it back ([`Taken::give_back`]). An admission by the
     /// failure policy takes nothing from the lease and returns no `Taken`.
-    #[cfg(feature = "rls")]
     pub(crate) async fn take_n(&self, n: u32) -> Result<Took, InsufficientCapacity> {
         let answer = self.decide_n(n).await;
         self.inner
@@ -459,20 +462,19 @@ struct Decided {
 }
 
 /// What [`Leased::take_n`] decided.
-#[cfg(feature = "rls")]
 #[derive(Debug)]
 pub(crate) struct Took {
     pub(crate) decision: Decision,
     /// What an admission took from the lease.
     pub(crate) taken: Option<Taken>,
     /// The decision waited for a call to the store.
+    #[cfg_attr(not(feature = "rls"), allow(dead_code))]
     pub(crate) waited: bool,
 }
 
 /// Tokens an admission took from one [`Leased`]'s lease, which an all-or-nothing decision gives
 /// back when another part of it is refused. Consumed by [`Taken::give_back`], so it goes back at
 /// most once, and only to the lease it came from; dropped, the tokens stay spent.
-#[cfg(feature = "rls")]
 #[derive(Debug)]
 pub(crate) struct Taken {
     leased: Leased,
@@ -481,7 +483,6 @@ pub(crate) struct Taken {
     expiry: u64,
 }
 
-#[cfg(feature = "rls")]
 impl Taken {
     /// Puts the tokens back into the lease while their own lease's TTL holds (the lease in the
     /// word then expires no later than theirs: `lease::give_back`); past it they are dropped, and

@@ -16,8 +16,11 @@ use crate::limiter::algorithm::Carry;
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
 
+mod admin;
 #[cfg(any(feature = "tower", feature = "rls"))]
 pub(crate) mod each;
+
+pub use self::admin::RedisCharge;
 
 /// A GCRA limiter shared by every node that uses the same store and prefix: each decision is one
 /// atomic script on the server, on the server's clock, so nodes' clocks never matter.
@@ -37,6 +40,8 @@ pub struct RedisGcra {
 struct Inner {
     store: RedisStore,
     script: Lua,
+    /// The settlement's and the operator's script (`admin.lua`).
+    admin: Lua,
     prefix: String,
     /// The limits in force: each call reads them once and decides on that one set, so a change
     /// ([`RedisGcra::set_quota`]) applies from the next call on. The lock is held only to clone
@@ -114,6 +119,7 @@ impl RedisGcra {
             inner: Arc::new(Inner {
                 store,
                 script: Lua::new(script::SOURCE),
+                admin: Lua::new(script::ADMIN_SOURCE),
                 prefix: prefix.into(),
                 limits: RwLock::new(limits.into()),
                 options,
@@ -292,20 +298,9 @@ impl RedisGcra {
         failure_decision(
             self.inner.options.policy,
             burst,
-            self.failure_retry_ns(e),
+            self.inner.options.failure_retry_ns(e),
             || self.inner.local.as_ref().map(|l| l.check_key_n(subject, n)),
         )
-    }
-
-    /// When a refused client may try again after a failure: when the breaker lets a call
-    /// through, or one cooldown.
-    pub(crate) fn failure_retry_ns(&self, e: &StoreError) -> u64 {
-        match e {
-            StoreError::CircuitOpen { retry_after } => {
-                u64::try_from(retry_after.as_nanos()).unwrap_or(u64::MAX)
-            }
-            _ => self.inner.options.cooldown_ns(),
-        }
     }
 
     /// The failure policy's local decision for a lease's node, on its own share limiter.
@@ -335,6 +330,23 @@ impl RedisGcra {
         limits: &[Limit],
         until: tokio::time::Instant,
     ) -> Result<Reply, StoreError> {
+        let values = self.invoke(subject, n, mode, limits, until).await?;
+        let reply = Reply::parse(&values, limits.len()).ok_or(StoreError::BadReply);
+        if let Err(e) = &reply {
+            self.inner.options.count_failure(e);
+        }
+        reply
+    }
+
+    /// The script's raw reply to one call (failures counted), ending at `until`.
+    async fn invoke(
+        &self,
+        subject: &str,
+        n: u32,
+        mode: Mode,
+        limits: &[Limit],
+        until: tokio::time::Instant,
+    ) -> Result<Vec<i64>, StoreError> {
         let inner = &*self.inner;
         let keys: Vec<String> = limits.iter().map(|l| self.key(subject, &l.name)).collect();
         let mut args: Vec<u64> = Vec::with_capacity(2 + 4 * limits.len());
@@ -342,10 +354,7 @@ impl RedisGcra {
         for l in limits {
             args.extend(l.script.args());
         }
-        let result = match inner.store.invoke(&inner.script, &keys, &args, until).await {
-            Ok(values) => Reply::parse(&values, limits.len()).ok_or(StoreError::BadReply),
-            Err(e) => Err(e),
-        };
+        let result = inner.store.invoke(&inner.script, &keys, &args, until).await;
         if let Err(e) = &result {
             inner.options.count_failure(e);
         }

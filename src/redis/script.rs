@@ -13,6 +13,9 @@ use crate::quota::Quota;
 /// The script's source, as the server runs it.
 pub(crate) const SOURCE: &str = include_str!("gcra.lua");
 
+/// The settlement's and the operator's script, on the same state.
+pub(crate) const ADMIN_SOURCE: &str = include_str!("admin.lua");
+
 /// The one line of the script that reads the server's clock.
 #[cfg(test)]
 const NOW_LINE: &str = "local now = server_now()";
@@ -32,9 +35,31 @@ pub(crate) fn source_with_now_from_args() -> String {
         .replace(EXPIRY, "math.floor((units + ms - 1) / ms)) + 3600000")
 }
 
-/// The largest window (a full burst's worth of time) the script accepts, in units: keeps every
-/// debt plus a cost below 2^52, exact in a double. 2^51 units are 26 days for a period of whole
-/// nanoseconds, less for periods kept as fractions of one.
+/// [`ADMIN_SOURCE`] with `now` from its last argument, as [`source_with_now_from_args`].
+#[cfg(test)]
+pub(crate) fn admin_source_with_now_from_args() -> String {
+    ADMIN_SOURCE
+        .replace(NOW_LINE, "local now = tonumber(ARGV[#ARGV])")
+        .replace(EXPIRY, "math.floor((units + ms - 1) / ms)) + 3600000")
+}
+
+/// `calendar.lua` with `now` from its last argument, its writes expiring an hour later (as
+/// [`source_with_now_from_args`]).
+#[cfg(test)]
+pub(crate) fn calendar_source_with_now_from_args() -> String {
+    const PX: &str = "math.floor((finish - now + 999) / 1000))";
+    let source = super::calendar::SOURCE;
+    assert_eq!(source.matches(NOW_LINE).count(), 1);
+    assert_eq!(source.matches(PX).count(), 1);
+    source
+        .replace(NOW_LINE, "local now = tonumber(ARGV[#ARGV])")
+        .replace(PX, "math.floor((finish - now + 999) / 1000)) + 3600000")
+}
+
+/// The largest window (a full burst's worth of time) the script keeps in the local units: keeps
+/// every debt plus a cost below 2^52, exact in a double. 2^51 units are 26 days for a period of
+/// whole nanoseconds, less for periods kept as fractions of one. A longer window is kept in whole
+/// microseconds (`denom = 1`), up to 2^51 µs (71 years): see [`ScriptQuota::new`].
 pub(crate) const MAX_WINDOW_UNITS: u64 = 1 << 51;
 
 /// What the script decides in: all `n` tokens or none, or up to `n`.
@@ -45,6 +70,8 @@ pub(crate) enum Mode {
     /// All or nothing, with each limit's figures after the decision's.
     #[cfg(any(feature = "tower", feature = "rls"))]
     Each = 2,
+    /// All or nothing, with the TAT each limit's write left, for a charge's settlement.
+    Charge = 3,
 }
 
 /// One limit's quota as the script's arguments, with what a state written under another quota
@@ -58,18 +85,34 @@ pub(crate) struct ScriptQuota {
 }
 
 impl ScriptQuota {
-    /// The script's form of `quota`, or `None` when its window is longer than
-    /// [`MAX_WINDOW_UNITS`].
+    /// The script's form of `quota`, or `None` when its window is longer than 2^51 µs.
+    ///
+    /// A window of up to [`MAX_WINDOW_UNITS`] local units is kept in those units, exactly as the
+    /// local [`Gcra`](crate::Gcra) keeps it. A longer one (a plan of 10 000 a month: 2.6 × 10^15
+    /// ns) is kept in whole microseconds, the period rounded up to the next one: exact for every
+    /// period of whole microseconds, and otherwise slower than asked by less than 1 µs a token
+    /// (a relative error below 10^-6 / period in seconds: 4 × 10^-9 for 10 000 a month), so it
+    /// never admits more than the quota.
     pub(crate) fn new(quota: &Quota) -> Option<ScriptQuota> {
         let (token, scale) = quota.period_fraction();
-        if quota.window_units() > MAX_WINDOW_UNITS {
+        // scale <= 128: no overflow.
+        let denom = 1000 * scale;
+        if quota.window_units() <= MAX_WINDOW_UNITS {
+            return Some(ScriptQuota {
+                token,
+                burst: quota.burst(),
+                denom,
+                carry: Carry::Debt,
+            });
+        }
+        let token_us = token.div_ceil(denom);
+        if u128::from(token_us) * u128::from(quota.burst()) > u128::from(MAX_WINDOW_UNITS) {
             return None;
         }
         Some(ScriptQuota {
-            token,
+            token: token_us,
             burst: quota.burst(),
-            // scale <= 128: no overflow.
-            denom: 1000 * scale,
+            denom: 1,
             carry: Carry::Debt,
         })
     }
@@ -77,6 +120,11 @@ impl ScriptQuota {
     /// This quota, a state written under another one carried over as `carry` says.
     pub(crate) fn carrying(self, carry: Carry) -> ScriptQuota {
         ScriptQuota { carry, ..self }
+    }
+
+    /// The three arguments that name the quota to `admin.lua`: token, burst, denom.
+    pub(crate) fn quota_args(&self) -> [u64; 3] {
+        [self.token, u64::from(self.burst), self.denom]
     }
 
     /// The four arguments the script reads for this limit.
@@ -214,10 +262,27 @@ mod tests {
     }
 
     #[test]
-    fn a_window_past_the_exact_range_is_refused() {
-        let months = Quota::with_period(Duration::from_secs(3600 * 24 * 30));
-        assert_eq!(ScriptQuota::new(&months), None);
-        assert!(ScriptQuota::new(&Quota::per_hour(1).with_burst(24 * 20)).is_some());
+    fn a_long_window_is_kept_in_whole_microseconds() {
+        // 10 000 a 30-day month, the whole month's worth at once: 259.2 s a token.
+        let month = Duration::from_secs(3600 * 24 * 30);
+        let plan = Quota::try_new(10_000, month, 10_000).unwrap();
+        let [token, burst, denom, _] = ScriptQuota::new(&plan).unwrap().args();
+        assert_eq!((token, burst, denom), (259_200_000, 10_000, 1));
+        // Within the local units' range, the local units.
+        let [_, _, denom, _] = ScriptQuota::new(&Quota::per_hour(1).with_burst(24 * 20))
+            .unwrap()
+            .args();
+        assert_eq!(denom, 1000);
+        // A period that is no whole µs is rounded up: never faster than asked.
+        let odd = Quota::try_new(7, Duration::from_secs(3600 * 24 * 365), 7).unwrap();
+        let [token_us, _, denom, _] = ScriptQuota::new(&odd).unwrap().args();
+        let (token, scale) = odd.period_fraction();
+        assert_eq!(denom, 1);
+        assert!(u128::from(token_us) * 1000 * u128::from(scale) >= u128::from(token));
+        assert!((u128::from(token_us) - 1) * 1000 * u128::from(scale) < u128::from(token));
+        // Past 2^51 µs (71 years) it is refused.
+        let ages = Quota::try_new(1, Duration::from_secs(3600 * 24 * 365 * 80), 1).unwrap();
+        assert_eq!(ScriptQuota::new(&ages), None);
     }
 
     #[test]
@@ -256,5 +321,8 @@ mod tests {
         assert_eq!(test.lines().count(), SOURCE.lines().count());
         assert_eq!(SOURCE.matches(NOW_LINE).count(), 1);
         assert_eq!(SOURCE.matches(EXPIRY).count(), 1);
+        assert_eq!(ADMIN_SOURCE.matches(NOW_LINE).count(), 1);
+        assert_eq!(ADMIN_SOURCE.matches(EXPIRY).count(), 1);
+        assert_ne!(admin_source_with_now_from_args(), ADMIN_SOURCE);
     }
 }

@@ -286,6 +286,45 @@ proptest! {
         }
     }
 
+    /// Plans that last a month or a year (windows past the script's 2^51 local units, kept in
+    /// whole microseconds) decide as the local GCRA: every decision and figure agrees, at
+    /// microsecond readings, for periods of whole microseconds.
+    #[test]
+    fn a_plan_of_a_month_decides_as_the_local_gcra(
+        period_us in 30_000_000u64..3_000_000_000,
+        burst in 1_000u32..200_000,
+        steps in prop::collection::vec((0u64..40_000_000_000, 0u32..1_000, 0u8..8), 1..50),
+    ) {
+        let q = Quota::with_period(Duration::from_micros(period_us)).with_burst(burst);
+        prop_assume!(q.window_units() > script::MAX_WINDOW_UNITS);
+        let source = script::source_with_now_from_args();
+        let Some(mut f) = Fixture::start("a_plan_of_a_month_decides_as_the_local_gcra", &source, &q) else {
+            return Ok(());
+        };
+        prop_assert_eq!(f.quota.args()[2], 1, "kept in whole microseconds");
+        let clock = ManualClock::new();
+        let local = Gcra::with_clock(q, clock.clone());
+        let mut t_us = 0u64;
+        for (i, &(advance, n, kind)) in steps.iter().enumerate() {
+            t_us += match kind {
+                0..=2 => advance % 1_000,
+                3..=5 => advance % period_us,
+                _ => advance,
+            };
+            // Large requests, to drain a month's burst in a few steps.
+            let n = if kind % 2 == 0 { n } else { n * 100 }.min(burst);
+            clock.set(t_us * 1000);
+            let reply = f.call("plan", Mode::AllOrNothing, n, Some(EPOCH_US + t_us));
+            let d = local.check_n(n).unwrap();
+            let Reply::Decided { allowed, remaining, retry_us, reset_us, .. } = reply else {
+                return Err(TestCaseError::fail(format!("step {i}: {reply:?}, local {d:?}")));
+            };
+            let got = (allowed, remaining as u64, retry_us, reset_us);
+            let want = (d.is_allowed(), d.remaining(), ceil_us(d.retry_after()), ceil_us(d.reset_after()));
+            prop_assert_eq!(got, want, "step {} (n = {}, t = {} us)", i, n, t_us);
+        }
+    }
+
     /// The grant-up-to mode gives what the local GCRA would admit one token at a time, and no more.
     #[test]
     fn grant_up_to_takes_what_fits(
@@ -312,6 +351,127 @@ proptest! {
             }
             prop_assert_eq!(granted, fits);
             prop_assert_eq!(allowed, fits > 0 || n == 0);
+        }
+    }
+}
+
+/// One step of a charge-and-settle sequence.
+#[derive(Debug, Clone)]
+enum AdminStep {
+    Advance(u64),
+    Charge(u32),
+    Settle(usize, u32),
+    Penalize(u32),
+    Block(u64),
+    Remove,
+}
+
+fn admin_step() -> impl Strategy<Value = AdminStep> {
+    prop_oneof![
+        3 => (0u64..400_000).prop_map(AdminStep::Advance),
+        3 => (0u64..20_000).prop_map(AdminStep::Advance),
+        2 => (0u64..50).prop_map(AdminStep::Advance),
+        4 => (0u32..45).prop_map(AdminStep::Charge),
+        4 => (any::<usize>(), 0u32..90).prop_map(|(i, a)| AdminStep::Settle(i, a)),
+        1 => (0u32..60).prop_map(AdminStep::Penalize),
+        1 => (0u64..3_000_000).prop_map(AdminStep::Block),
+        1 => Just(AdminStep::Remove),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Charges (mode 3), settlements above and below their estimates in any order, penalties,
+    /// blocks and removals through the two scripts decide as the local `Gcra`'s charge, settle,
+    /// penalize, block and reset on a manual clock: after every step a peek agrees, figure for
+    /// figure, at microsecond readings.
+    #[test]
+    fn settlements_and_changes_decide_as_the_local_gcra(
+        q in quota(),
+        steps in prop::collection::vec(admin_step(), 1..60),
+    ) {
+        let source = script::source_with_now_from_args();
+        let test = "settlements_and_changes_decide_as_the_local_gcra";
+        let Some(mut f) = Fixture::start(test, &source, &q) else {
+            return Ok(());
+        };
+        let admin = redis::Script::new(&script::admin_source_with_now_from_args());
+        let clock = ManualClock::new();
+        let local = Gcra::with_clock(q, clock.clone());
+        let mut t_us = 0u64;
+        // Open charges: the local guard, and the script's ends and tokens taken.
+        let mut open = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            let now = EPOCH_US + t_us;
+            let quota_args = f.quota.quota_args();
+            let run_admin = |con: &mut redis::Connection, op: u64, per: [u64; 2], tail: &[u64]| {
+                let mut call = admin.prepare_invoke();
+                call.key("k").arg(op);
+                for a in quota_args.iter().chain(per.iter()).chain(tail) {
+                    call.arg(*a);
+                }
+                call.arg(now);
+                let changed: Vec<i64> = call.invoke(con).expect("the admin script runs");
+                changed
+            };
+            match *step {
+                AdminStep::Advance(us) => {
+                    t_us += us;
+                    clock.set(t_us * 1000);
+                }
+                AdminStep::Charge(n) => {
+                    let mut call = f.script.prepare_invoke();
+                    call.key("k").arg(Mode::Charge as u8).arg(n);
+                    for a in f.quota.args() {
+                        call.arg(a);
+                    }
+                    call.arg(now);
+                    let values: Vec<i64> = call.invoke(&mut f.con).expect("the script runs");
+                    let Ok(charge) = local.charge(n) else {
+                        prop_assert_eq!(values[0], 2, "step {}: over the burst", i);
+                        continue;
+                    };
+                    let allowed = values[0] == 1;
+                    prop_assert_eq!(allowed, charge.is_allowed(), "step {}: charge {}", i, n);
+                    if allowed && n > 0 {
+                        prop_assert_eq!(values.len(), 8, "the TAT told");
+                        open.push((charge, [values[6] as u64, values[7] as u64], n));
+                    } else {
+                        prop_assert_eq!(values.len(), 6);
+                    }
+                }
+                AdminStep::Settle(k, actual) if !open.is_empty() => {
+                    let (charge, end, taken) = open.remove(k % open.len());
+                    charge.settle(actual);
+                    if actual != taken {
+                        run_admin(&mut f.con, 1, end, &[u64::from(taken), u64::from(actual)]);
+                    }
+                }
+                AdminStep::Penalize(n) => {
+                    let _ = local.penalize(n);
+                    run_admin(&mut f.con, 2, [0, 0], &[u64::from(n)]);
+                }
+                AdminStep::Block(us) => {
+                    let _ = local.block(Duration::from_micros(us));
+                    run_admin(&mut f.con, 3, [0, 0], &[us]);
+                }
+                AdminStep::Remove => {
+                    local.reset();
+                    run_admin(&mut f.con, 4, [0, 0], &[]);
+                }
+                AdminStep::Settle(..) => continue,
+            }
+            let reply = f.call("k", Mode::AllOrNothing, 0, Some(EPOCH_US + t_us));
+            let d = local.check_n(0).unwrap();
+            let Reply::Decided { remaining, reset_us, .. } = reply else {
+                return Err(TestCaseError::fail(format!("step {i}: {reply:?}")));
+            };
+            prop_assert_eq!(
+                (remaining as u64, reset_us),
+                (d.remaining(), ceil_us(d.reset_after())),
+                "step {}: {:?} at {} us", i, step, t_us
+            );
         }
     }
 }
@@ -386,4 +546,55 @@ fn a_tat_written_under_other_units_keeps_its_instant() {
         panic!("a decision");
     };
     assert_eq!(reset_us, 500);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Calendar windows through the script (its test variant reads `now` from an argument) and
+    /// through the local `CalendarWindow` at the same instants: every decision and figure agrees,
+    /// across month ends, leap days and ISO weeks, and a server clock that steps back.
+    #[test]
+    fn the_calendar_script_decides_as_the_local_window(
+        code in 0u64..6,
+        start_us in 0u64..8_000_000_000_000_000,
+        steps in prop::collection::vec((0u64..4_000_000_000_000, 0u32..6, 0u8..10), 1..60),
+    ) {
+        use crate::window::calendar::CalendarWindow;
+        use crate::window::civil::Calendar;
+        let period = [
+            Calendar::Minute, Calendar::Hour, Calendar::Day,
+            Calendar::Week, Calendar::Month, Calendar::Year,
+        ][code as usize];
+        let test = "the_calendar_script_decides_as_the_local_window";
+        let Some(server) = redis_server::RedisServer::start(test) else {
+            return Ok(());
+        };
+        let mut con = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
+        let calendar = redis::Script::new(&script::calendar_source_with_now_from_args());
+        let clock = ManualClock::new();
+        let limit = 7;
+        let local = CalendarWindow::with_clock(limit, period, clock.clone());
+        let mut t_us = start_us;
+        for (i, &(advance, n, kind)) in steps.iter().enumerate() {
+            t_us = match kind {
+                0..=3 => t_us + (advance >> (kind * 10)),
+                4..=8 => t_us + advance % 1_000_000,
+                // Now and then a step back: a failover to a replica whose clock trails.
+                _ => t_us.saturating_sub(advance % 7_200_000_000),
+            };
+            clock.set(t_us * 1000);
+            let mut call = calendar.prepare_invoke();
+            call.key("c").arg(period.code()).arg(limit).arg(n).arg(t_us);
+            let values: Vec<i64> = call.invoke(&mut con).expect("the script runs");
+            let d = local.check_n(n).unwrap();
+            let want = vec![
+                i64::from(d.is_allowed()),
+                d.remaining() as i64,
+                ceil_us(d.retry_after()) as i64,
+                ceil_us(d.reset_after()) as i64,
+            ];
+            prop_assert_eq!(values, want, "step {} ({:?}, n = {}, t = {} us)", i, period, n, t_us);
+        }
+    }
 }

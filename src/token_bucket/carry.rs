@@ -66,3 +66,28 @@ pub(crate) const fn give_back(word: u64, now_ns: u64, cost: u64, p: &BucketParam
     let new = p.pack(stamp, held);
     if new == word { None } else { Some(new) }
 }
+
+/// Settles a charge of `taken` tokens that stored `stored`, at `actual` tokens, at `now_ns`. An
+/// excess is taken from what is held now, down to empty (a bucket holds no less than nothing). A
+/// surplus comes back only while the word is still `stored` (the charge is the latest change, as
+/// GCRA's), through the give-back: never past the cap. `None` when nothing changes.
+pub(crate) fn settle(
+    word: u64,
+    now_ns: u64,
+    stored: u64,
+    taken: u32,
+    actual: u32,
+    p: &BucketParams,
+) -> Option<u64> {
+    use crate::decision::bucket::UNIT;
+    if actual > taken {
+        let more = u64::from(actual - taken).saturating_mul(UNIT);
+        let (_, held, stamp) = refilled(word, now_ns, p, Reading::Any)?;
+        let new = p.pack(stamp, held.saturating_sub(more));
+        return (new != word).then_some(new);
+    }
+    if word != stored {
+        return None;
+    }
+    give_back(word, now_ns, u64::from(taken - actual) * UNIT, p)
+}

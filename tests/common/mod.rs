@@ -96,6 +96,46 @@ impl Model {
         self.figures(allowed, n)
     }
 
+    /// Owes `units` (of `1/per` token) more at `now`, into debt past empty, at most 2^61 units
+    /// past the capacity (the documented debt horizon).
+    pub fn owe(&mut self, now: u64, units: i128) {
+        self.refill(now);
+        self.num = (self.num - units).max(-(1i128 << 61));
+    }
+
+    /// Gives `units` back at `now`, never past full; nothing to an already full bucket.
+    pub fn give(&mut self, now: u64, units: i128) {
+        self.refill(now);
+        self.num = (self.num + units.max(0)).min(self.cap());
+    }
+
+    /// Empties the debt and the spending: full at `now`.
+    pub fn fill(&mut self, now: u64) {
+        self.refill(now);
+        self.num = self.cap();
+    }
+
+    /// What the bucket lacks of full at `now`, in units (`1/per` of a token, as GCRA's).
+    pub fn debt_at(&mut self, now: u64) -> i128 {
+        self.refill(now);
+        self.cap() - self.num
+    }
+
+    /// The refill rate, in units a nanosecond.
+    pub fn rate(&self) -> i128 {
+        self.rate
+    }
+
+    /// One token, in units.
+    pub fn per(&self) -> i128 {
+        self.per
+    }
+
+    /// The figures a peek answers now.
+    pub fn peek(&mut self, now: u64) -> ModelDecision {
+        self.check(now, 0)
+    }
+
     /// Applies a decision someone else made (used to follow the token bucket where it may differ
     /// within its resolution), and returns the model's figures afterwards.
     pub fn apply(&mut self, now: u64, n: u32, allowed: bool) -> ModelDecision {
