@@ -8,12 +8,16 @@ set -euo pipefail
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
 redis_msrv=1.88
 
+# A toolchain installed here only for this check is removed at the end (about 0.6 GB each).
+installed=()
+trap 'for t in "${installed[@]}"; do rustup toolchain uninstall "$t" || true; done' EXIT
 have() {
     rustup toolchain list | grep -q "^$1" && return 0
     if ! rustup toolchain install "$1" --profile minimal; then
         echo "MSRV CHECK SKIPPED: the Rust $1 toolchain could not be installed here" >&2
         return 1
     fi
+    installed+=("$1")
 }
 
 if have "$msrv"; then
