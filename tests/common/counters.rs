@@ -34,3 +34,16 @@ pub fn count(counters: &BTreeMap<String, u64>, name: &str, labels: &str) -> u64 
         .copied()
         .unwrap_or(0)
 }
+
+/// The `admin_total` counts of `limiter`'s operator changes, in the order settle, penalize, block,
+/// reset, remove.
+#[allow(dead_code)] // read only by the tests of an operator's changes
+pub fn admin_counts(counters: &BTreeMap<String, u64>, limiter: &str) -> [u64; 5] {
+    ["settle", "penalize", "block", "reset", "remove"].map(|op| {
+        count(
+            counters,
+            "admin_total",
+            &format!("limiter={limiter},op={op}"),
+        )
+    })
+}
