@@ -32,7 +32,8 @@ fn spread(v: &mut [f64]) -> (f64, f64, f64) {
     (v[v.len() / 4], v[v.len() / 2], v[3 * v.len() / 4])
 }
 
-/// Per round: GCRA (base) as the reference, then the two token buckets in alternating order.
+/// Per round: GCRA (base) as the reference, then the two subjects (the token buckets, or the two
+/// GCRAs) in alternating order.
 /// Returns (base / GCRA, head / GCRA, head / base) per round.
 fn rounds<A: base::RateLimiter, B: head::RateLimiter>(
     n: usize,
@@ -58,7 +59,7 @@ fn rounds<A: base::RateLimiter, B: head::RateLimiter>(
 }
 
 fn report(what: &str, mut r: [Vec<f64>; 3]) {
-    print!("  {what:<28}");
+    print!("  {what:<38}");
     for (name, v) in ["base/Gcra", "head/Gcra", "head/base"]
         .iter()
         .zip(r.iter_mut())
@@ -79,7 +80,10 @@ fn main() {
     let gcra = base::Gcra::new(base::Quota::per_second(rate).with_burst(burst));
     let a = base::TokenBucket::new(base::Quota::per_second(rate).with_burst(burst));
     let b = head::TokenBucket::new(head::Quota::per_second(rate).with_burst(burst));
-    report("admission", rounds(n, &gcra, &a, &b));
+    report("TokenBucket: admission", rounds(n, &gcra, &a, &b));
+    let a = base::Gcra::new(base::Quota::per_second(rate).with_burst(burst));
+    let b = head::Gcra::new(head::Quota::per_second(rate).with_burst(burst));
+    report("Gcra: admission", rounds(n, &gcra, &a, &b));
     // Refusals, drained: an hour's quota, and 100/s (the bucket refilling between checks).
     let refusals = [
         (
@@ -100,6 +104,14 @@ fn main() {
         while gcra.check().is_allowed() {}
         while a.check().is_allowed() {}
         while b.check().is_allowed() {}
-        report(what, rounds(n / 2, &gcra, &a, &b));
+        report(
+            &format!("TokenBucket: {what}"),
+            rounds(n / 2, &gcra, &a, &b),
+        );
+        let a = base::Gcra::new(quota_base);
+        let b = head::Gcra::new(quota_head);
+        while a.check().is_allowed() {}
+        while b.check().is_allowed() {}
+        report(&format!("Gcra: {what}"), rounds(n / 2, &gcra, &a, &b));
     }
 }
