@@ -20,16 +20,6 @@
 --
 -- Reply: { how many keys changed }.
 
-local function server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local function expiry(units, d)
-  local ms = d * 1000
-  return math.max(1, math.floor((units + ms - 1) / ms))
-end
-
 local now = server_now()
 local op = tonumber(ARGV[1])
 local count = #KEYS

@@ -12,11 +12,6 @@
 --
 -- Reply: { allowed (1 or 0), remaining, retry_us (0 when allowed), reset_us (0 when empty) }.
 
-local function server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 local MINUTE, HOUR, DAY = 60000000, 3600000000, 86400000000
 local BEFORE_MONTH = { 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334 }
 
@@ -84,7 +79,7 @@ if n > 0 and allowed then
   if later then
     redis.call('SET', KEYS[1], struct.pack('dd', current, count), 'KEEPTTL')
   else
-    local px = math.max(1, math.floor((finish - now + 999) / 1000))
+    local px = expiry(finish - now, 1)
     redis.call('SET', KEYS[1], struct.pack('dd', current, count), 'PX', px)
   end
 end

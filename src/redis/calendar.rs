@@ -11,8 +11,8 @@ use crate::decision::{DecidedBy, Decision};
 use crate::quota::InsufficientCapacity;
 use crate::window::civil::Calendar;
 
-/// The script's source, as the server runs it.
-pub(crate) const SOURCE: &str = include_str!("calendar.lua");
+/// The script's source, as the server runs it: the helpers every script shares, then its own.
+pub(crate) const SOURCE: &str = concat!(include_str!("shared.lua"), include_str!("calendar.lua"));
 
 /// At most `limit` per calendar period in UTC for each subject, across every node that uses the
 /// same store and prefix: a plan of 10 000 calls a month, reset at midnight UTC on the first.

@@ -35,11 +35,6 @@
 -- mode 3 followed, for an admission of n > 0, by the TAT each limit's write left, whole
 -- microseconds and remainder, two to a limit.
 
-local function server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
 -- ceil(a * b / c) for integers a < c and b, c below 2^52, where the product would lose bits as a
 -- double: a binary long division of the product (held as four 26-bit digits) whose running
 -- remainder stays below 2 * c < 2^53.
@@ -72,13 +67,6 @@ local function muldiv_ceil(a, b, c)
   end
   if r > 0 then q = q + 1 end
   return q
-end
-
--- Milliseconds until a debt of `units` (of 1/d us) is paid: the key's expiry, when the limit is
--- full again.
-local function expiry(units, d)
-  local ms = d * 1000
-  return math.max(1, math.floor((units + ms - 1) / ms))
 end
 
 local now = server_now()

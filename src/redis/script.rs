@@ -10,50 +10,34 @@ use crate::decision::{DecidedBy, Decision, Detail};
 use crate::limiter::algorithm::Carry;
 use crate::quota::Quota;
 
-/// The script's source, as the server runs it.
-pub(crate) const SOURCE: &str = include_str!("gcra.lua");
+/// The script's source, as the server runs it: the helpers every script shares (`shared.lua`),
+/// then its own text.
+pub(crate) const SOURCE: &str = concat!(include_str!("shared.lua"), include_str!("gcra.lua"));
 
 /// The settlement's and the operator's script, on the same state.
-pub(crate) const ADMIN_SOURCE: &str = include_str!("admin.lua");
+pub(crate) const ADMIN_SOURCE: &str =
+    concat!(include_str!("shared.lua"), include_str!("admin.lua"));
 
 /// The one line of the script that reads the server's clock.
 #[cfg(test)]
 const NOW_LINE: &str = "local now = server_now()";
 
-/// The expiry of an admission's write.
+/// The expiry of every write, in `shared.lua`.
 #[cfg(test)]
 const EXPIRY: &str = "math.floor((units + ms - 1) / ms))";
 
-/// The script with `now` taken from its last argument instead of `TIME`, so that a test can drive
-/// the server-side decision from a manual clock. Its writes expire an hour later than the
-/// script's: the server's real clock, which the expiry follows, must not wipe a key while the
-/// test's clock has barely moved (an idle key's expiry is tested on the script itself).
+/// `source` (one of the crate's scripts) with `now` taken from its last argument instead of
+/// `TIME`, so that a test can drive the server-side decision from a manual clock. Its writes
+/// expire an hour later than the script's: the server's real clock, which the expiry follows,
+/// must not wipe a key while the test's clock has barely moved (an idle key's expiry is tested on
+/// the script itself).
 #[cfg(test)]
-pub(crate) fn source_with_now_from_args() -> String {
-    SOURCE
-        .replace(NOW_LINE, "local now = tonumber(ARGV[#ARGV])")
-        .replace(EXPIRY, "math.floor((units + ms - 1) / ms)) + 3600000")
-}
-
-/// [`ADMIN_SOURCE`] with `now` from its last argument, as [`source_with_now_from_args`].
-#[cfg(test)]
-pub(crate) fn admin_source_with_now_from_args() -> String {
-    ADMIN_SOURCE
-        .replace(NOW_LINE, "local now = tonumber(ARGV[#ARGV])")
-        .replace(EXPIRY, "math.floor((units + ms - 1) / ms)) + 3600000")
-}
-
-/// `calendar.lua` with `now` from its last argument, its writes expiring an hour later (as
-/// [`source_with_now_from_args`]).
-#[cfg(test)]
-pub(crate) fn calendar_source_with_now_from_args() -> String {
-    const PX: &str = "math.floor((finish - now + 999) / 1000))";
-    let source = super::calendar::SOURCE;
+pub(crate) fn with_now_from_args(source: &str) -> String {
     assert_eq!(source.matches(NOW_LINE).count(), 1);
-    assert_eq!(source.matches(PX).count(), 1);
+    assert_eq!(source.matches(EXPIRY).count(), 1);
     source
         .replace(NOW_LINE, "local now = tonumber(ARGV[#ARGV])")
-        .replace(PX, "math.floor((finish - now + 999) / 1000)) + 3600000")
+        .replace(EXPIRY, "math.floor((units + ms - 1) / ms)) + 3600000")
 }
 
 /// The largest window (a full burst's worth of time) the script keeps in the local units: keeps
@@ -316,13 +300,10 @@ mod tests {
 
     #[test]
     fn the_test_variant_differs_only_in_its_clock() {
-        let test = source_with_now_from_args();
-        assert_ne!(test, SOURCE);
-        assert_eq!(test.lines().count(), SOURCE.lines().count());
-        assert_eq!(SOURCE.matches(NOW_LINE).count(), 1);
-        assert_eq!(SOURCE.matches(EXPIRY).count(), 1);
-        assert_eq!(ADMIN_SOURCE.matches(NOW_LINE).count(), 1);
-        assert_eq!(ADMIN_SOURCE.matches(EXPIRY).count(), 1);
-        assert_ne!(admin_source_with_now_from_args(), ADMIN_SOURCE);
+        for source in [SOURCE, ADMIN_SOURCE, crate::redis::calendar::SOURCE] {
+            let test = with_now_from_args(source);
+            assert_ne!(test, source);
+            assert_eq!(test.lines().count(), source.lines().count());
+        }
     }
 }

@@ -136,7 +136,7 @@ proptest! {
         q in quota(),
         steps in prop::collection::vec((0u64..400_000, 0u32..45, 0u8..8), 1..60),
     ) {
-        let source = script::source_with_now_from_args();
+        let source = script::with_now_from_args(script::SOURCE);
         let Some(mut f) = Fixture::start("the_script_decides_as_the_local_gcra", &source, &q) else {
             return Ok(());
         };
@@ -180,7 +180,7 @@ proptest! {
         use crate::gcra::GcraAlgorithm;
         use crate::reconfigure::Reconfigurable;
         use crate::limiter::algorithm::Carry;
-        let source = script::source_with_now_from_args();
+        let source = script::with_now_from_args(script::SOURCE);
         let test = "a_changed_quota_decides_as_the_local_reconfigurable_gcra";
         let Some(mut f) = Fixture::start(test, &source, &quotas[0]) else {
             return Ok(());
@@ -232,7 +232,7 @@ proptest! {
         steps in prop::collection::vec((0u64..5_000_000_000, 0u32..45, 0u8..10), 1..30),
     ) {
         use crate::limiter::algorithm::Carry;
-        let source = script::source_with_now_from_args();
+        let source = script::with_now_from_args(script::SOURCE);
         let test = "a_proportional_carry_takes_the_exact_share_once";
         let Some(mut f) = Fixture::start(test, &source, &quotas[0]) else {
             return Ok(());
@@ -297,7 +297,7 @@ proptest! {
     ) {
         let q = Quota::with_period(Duration::from_micros(period_us)).with_burst(burst);
         prop_assume!(q.window_units() > script::MAX_WINDOW_UNITS);
-        let source = script::source_with_now_from_args();
+        let source = script::with_now_from_args(script::SOURCE);
         let Some(mut f) = Fixture::start("a_plan_of_a_month_decides_as_the_local_gcra", &source, &q) else {
             return Ok(());
         };
@@ -331,7 +331,7 @@ proptest! {
         q in quota(),
         steps in prop::collection::vec((0u64..400_000, 0u32..60), 1..40),
     ) {
-        let source = script::source_with_now_from_args();
+        let source = script::with_now_from_args(script::SOURCE);
         let Some(mut f) = Fixture::start("grant_up_to_takes_what_fits", &source, &q) else {
             return Ok(());
         };
@@ -391,12 +391,12 @@ proptest! {
         q in quota(),
         steps in prop::collection::vec(admin_step(), 1..60),
     ) {
-        let source = script::source_with_now_from_args();
+        let source = script::with_now_from_args(script::SOURCE);
         let test = "settlements_and_changes_decide_as_the_local_gcra";
         let Some(mut f) = Fixture::start(test, &source, &q) else {
             return Ok(());
         };
-        let admin = redis::Script::new(&script::admin_source_with_now_from_args());
+        let admin = redis::Script::new(&script::with_now_from_args(script::ADMIN_SOURCE));
         let clock = ManualClock::new();
         let local = Gcra::with_clock(q, clock.clone());
         let mut t_us = 0u64;
@@ -511,7 +511,7 @@ fn a_tat_written_under_other_units_keeps_its_instant() {
     use crate::reconfigure::Reconfigurable;
     let sevens = Quota::try_new(7, Duration::from_millis(1), 10).unwrap();
     let ones = Quota::try_new(1, Duration::from_millis(1), 10).unwrap();
-    let source = script::source_with_now_from_args();
+    let source = script::with_now_from_args(script::SOURCE);
     let test = "a_tat_written_under_other_units_keeps_its_instant";
     let Some(mut f) = Fixture::start(test, &source, &sevens) else {
         return;
@@ -571,7 +571,7 @@ proptest! {
             return Ok(());
         };
         let mut con = redis::Client::open(server.url()).unwrap().get_connection().unwrap();
-        let calendar = redis::Script::new(&script::calendar_source_with_now_from_args());
+        let calendar = redis::Script::new(&script::with_now_from_args(super::calendar::SOURCE));
         let clock = ManualClock::new();
         let limit = 7;
         let local = CalendarWindow::with_clock(limit, period, clock.clone());
