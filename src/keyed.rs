@@ -16,6 +16,7 @@ mod admin;
 pub(crate) mod due;
 mod entry;
 mod evict;
+mod insert;
 #[cfg(feature = "papaya")]
 pub(crate) mod pinned;
 pub(crate) mod quotas;

@@ -79,9 +79,9 @@ pub(crate) use alloc::sync::Arc;
 /// The mutex behind a keyed limiter's eviction index: loom's under the loom cfg, so that a model
 /// that reaches the cap sees it.
 #[cfg(atomic_limiter_loom)]
-pub(crate) use loom::sync::Mutex;
+pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(all(not(atomic_limiter_loom), feature = "std"))]
-pub(crate) use std::sync::Mutex;
+pub(crate) use std::sync::{Mutex, MutexGuard};
 
 /// An atomic counter that can live in a `static`, for numbering threads (loom's cannot be built in
 /// one; under loom the sharded limiter numbers no threads).

@@ -17,7 +17,7 @@ use std::sync::PoisonError;
 
 use super::entry::KeyEntry;
 use super::store::{Change, KeyedStore, Retired};
-use super::table::{Keyed, table_full};
+use super::table::Keyed;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::gcra::Gcra;
@@ -331,32 +331,13 @@ where
         let mut owned: Option<K> = None;
         let quota = self.quota_for_new(key, &mut owned);
         // Every insertion runs under the index's lock (see `check_new`).
-        let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
+        let due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
         if self.store.with_existing(key, |_, _| ()).is_some() {
             return Ok(());
         }
-        if let Err(no_room) = self.take_place(&mut due) {
-            return Err(table_full(no_room, &quota));
-        }
-        let key: K = owned.unwrap_or_else(|| key.to_owned());
-        let limiter = self.limiter_for(quota);
-        let at = limiter.clock().now();
-        let ((), inserted) = self.store.with_inserted(
-            key.clone(),
-            || KeyEntry {
-                state: crate::limiter::shared::engine::KeyedEngine::fresh_state(&*limiter),
-                limiter: limiter.clone(),
-            },
-            |_, _| (),
-        );
-        if inserted {
-            // Full now: filed at now; a change that owes more is found still owing when the
-            // index comes to it, and filed again.
-            due.push(key, at);
-        } else {
-            self.release_place(limiter, &quota);
-        }
-        Ok(())
+        // Full now: filed at now; a change that owes more is found still owing when the index
+        // comes to it, and filed again.
+        self.insert_new(due, key, owned, quota, true, |_, _, now| ((), now))
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`Keyed`] itself: the table, its constructors and the check path.
 
 use super::KeyHasher;
-use super::entry::{KeyEntry, duration_ns};
+use super::entry::KeyEntry;
 use super::quotas::{KeyQuotas, Quotas, SWEEP_FLOOR};
 use super::store::{KeyedStore, Retired};
 use crate::limiter::shared::KeyedLimiter;
@@ -16,9 +16,8 @@ use dashmap::DashMap;
 
 use crate::clock::Clock;
 use crate::decision::Decision;
-use crate::decision::Detail;
 use crate::gcra::Gcra;
-use crate::keyed::due::{DueQueue, NoRoom};
+use crate::keyed::due::DueQueue;
 use crate::keyed::store::{Lookup, PerLookup};
 use crate::limiter::shared::engine::Seen;
 use crate::quota::InsufficientCapacity;
@@ -27,7 +26,6 @@ use crate::sync::{Arc, AtomicBool, AtomicUsize, Backoff, Mutex, Ordering};
 use crate::token_bucket::TokenBucket;
 use crate::wait::Wait;
 use crate::wait::WaitError;
-use std::sync::PoisonError;
 
 /// The store a [`Keyed`] table keeps its keys in unless it is given another
 /// ([`Keyed::with_store`]): with the `papaya` feature (a default one) the lock-free store
@@ -48,19 +46,6 @@ fn default_store<K: Hash + Eq, V>() -> DefaultStore<K, V> {
     return super::LockFreeStore::with_hasher(KeyHasher::new());
     #[cfg(not(feature = "papaya"))]
     DashMap::with_hasher(KeyHasher::new())
-}
-
-/// The refusal of a new key at the cap: `no_room` says when the soonest held bucket is full again
-/// (measured from the held key's own rounded reset, so resolution 1).
-pub(super) fn table_full(no_room: NoRoom, quota: &Quota) -> Decision {
-    Decision::new(
-        false,
-        1,
-        Detail::TableFull {
-            retry_ns: no_room.unwrap_or(1),
-            limit: quota.burst(),
-        },
-    )
 }
 
 /// [`Keyed::check_key`]'s answer for one token.
@@ -503,108 +488,9 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
     {
         self.check_on_entry(&self.per_lookup(), key, n)
     }
-
-    /// A key not (or no longer) held: take a place, insert a fresh limiter, check it. `serialised`
-    /// is false only in a loom model's broken twin.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn check_new<Q>(
-        &self,
-        key: &Q,
-        n: u32,
-        serialised: bool,
-    ) -> Result<Decision, InsufficientCapacity>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        // The key as stored is made from a borrowed form (`&str`) only when needed: by a quota
-        // function (which takes the stored form), else once the key has a place.
-        let mut owned: Option<K> = None;
-        let quota = self.quota_for_new(key, &mut owned);
-        InsufficientCapacity::check(n, quota.burst())?;
-        if n == 0 {
-            // A peek at a key not held: a fresh bucket is full. Nothing is inserted.
-            return Ok(Decision::new(
-                true,
-                1,
-                Detail::Eager {
-                    remaining: quota.burst(),
-                    retry_ns: 0,
-                    reset_ns: 0,
-                    limit: quota.burst(),
-                },
-            ));
-        }
-        // Every insertion runs under the index's lock, from taking a place to filing the key. So a
-        // thread that finds the table full cannot have raced an insertion of its own key: it looks
-        // again under the lock, and finds the key there or is the one to insert it.
-        let mut due = self.due.lock().unwrap_or_else(PoisonError::into_inner);
-        if serialised {
-            // Under the index's lock no entry is retired: every change that retires one
-            // replaces or removes it before letting go.
-            if let Some(answer) = self
-                .store
-                .with_existing(key, |e, retired| e.check(n, retired))
-            {
-                return answer.unwrap_or_else(|| Ok(Decision::never(0)));
-            }
-        }
-        if let Err(no_room) = self.take_place(&mut due) {
-            return Ok(table_full(no_room, &quota));
-        }
-        let due = serialised.then_some(due);
-        // Only now, with a place, is anything allocated for the key.
-        let key: K = owned.unwrap_or_else(|| key.to_owned());
-        let limiter = self.limiter_for(quota);
-        // Read before the check reads its own, so the instant filed below is a lower bound.
-        let before = limiter.now_ns();
-        let (answer, inserted) = self.store.with_inserted(
-            key.clone(),
-            || KeyEntry {
-                state: limiter.fresh_state(),
-                limiter: limiter.clone(),
-            },
-            |e, retired| e.check(n, retired),
-        );
-        // A fresh entry is not retired (see above); were it to be, the check refuses.
-        let answer = answer.unwrap_or_else(|| Ok(Decision::never(0)));
-        if inserted {
-            // Full again at the latest when this first check's debt is paid; re-filed if used.
-            let at = answer.map_or(before, |d| {
-                before.saturating_add(duration_ns(d.reset_after()))
-            });
-            due.unwrap_or_else(|| self.due.lock().unwrap_or_else(PoisonError::into_inner))
-                .push(key, at);
-        } else {
-            // Another thread inserted the key first, which only the loom twin's unserialised
-            // insertions let happen: give the place back.
-            self.release_place(limiter, &quota);
-        }
-        answer
-    }
 }
 
 impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed<K, L, M> {
-    /// Gives back a place taken for a key that another insertion beat to it, with the limiter
-    /// made for it (forgotten if no held key uses it).
-    pub(super) fn release_place(&self, limiter: Arc<L>, quota: &Quota) {
-        // Relaxed: a counter; its RMWs are all the synchronisation it needs.
-        self.count.fetch_sub(1, Ordering::Relaxed);
-        drop(limiter);
-        self.forget_unused(quota);
-    }
-
-    /// The quota a key not held gets: the table's, or the quota function's (which takes the
-    /// stored form of the key, made into `owned` for it).
-    pub(super) fn quota_for_new<Q>(&self, key: &Q, owned: &mut Option<K>) -> Quota
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        self.quota_by(|quota_for| quota_for(owned.insert(key.to_owned())))
-    }
-
     /// How many keys are held (places taken by insertions under way included): never more than
     /// [`Keyed::max_keys`].
     pub fn len(&self) -> usize {
