@@ -74,3 +74,42 @@ fn full_buckets_are_evicted_at_the_cap_and_come_back_fresh() {
     assert!(k.check_key(&0).is_allowed());
     assert!(k.check_key(&0).is_denied());
 }
+
+/// A quota function that checks, penalizes and requotas other keys of its own table (a quota
+/// read from state that the table also limits) runs under none of the table's locks, so it
+/// neither deadlocks nor loses what it did.
+#[test]
+#[cfg_attr(miri, ignore)] // a thread and a timeout: the deadlock would be Miri's own report
+fn a_quota_function_may_change_its_own_table() {
+    use std::sync::OnceLock;
+    use std::sync::mpsc;
+    use std::time::Duration;
+    static TABLE: OnceLock<Keyed<u32, Gcra<ManualClock>>> = OnceLock::new();
+    let clock = ManualClock::new();
+    TABLE.get_or_init(|| {
+        Keyed::with_quota_fn(
+            8,
+            |k: &u32| {
+                if *k >= 100 {
+                    let table = TABLE.get().expect("built before its first check");
+                    assert!(table.check_key(&(k - 100)).is_allowed());
+                    let _ = table.penalize(&(k - 100), 1);
+                    let _ = table.requota(&(k - 100), Carry::Debt);
+                }
+                Quota::per_hour(2)
+            },
+            move |q| Gcra::with_clock(q, clock.clone()),
+        )
+    });
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let table = TABLE.get().unwrap();
+        let new_key = table.check_key(&105).is_allowed();
+        let _ = done.send((new_key, table.check_key_n(&5, 0).unwrap().remaining()));
+    });
+    let (new_key, left) = finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a quota function calling into its own table deadlocked");
+    assert!(new_key);
+    assert_eq!(left, 0, "key 5 took one token and one penalty of its 2");
+}
