@@ -1039,9 +1039,12 @@ fn main() {
     for keys in [1u64, 100_000] {
         let subjects = keyed_subjects(keys);
         for s in &subjects {
-            s.run_keys_warm(keys);
+            s.run_keys_warm(keys, 0);
         }
         let one = single(&subjects, reps, sample);
+        for s in &subjects {
+            s.run_keys_warm(keys, 1);
+        }
         let two = contended(&subjects, 2, reps.min(7), sample * 3);
         // On the default clocks, then both on a coarse clock (quanta's "recent" time, one load).
         // Each store, and the target on the faster of the two.
