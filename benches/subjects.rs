@@ -728,11 +728,11 @@ impl Drop for KeyCycle {
 pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     let q = open_quota();
     let gov_q = governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST));
-    // The default store (with default features, the lock-free one), and dashmap.
+    // The default store (dashmap), and the lock-free one.
     let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 24);
     let ours_coarse = atomic_limiter::Keyed::gcra_with_clock(q, 1 << 24, coarse());
-    let dash = dashmap_table(q, QuantaClock::new());
-    let dash_coarse = dashmap_table(q, coarse());
+    let free = lock_free_table(q, QuantaClock::new());
+    let free_coarse = lock_free_table(q, coarse());
     let clock = QuantaClock::new();
     // Every key on the same quota, but through the quota function's path (one more lookup's
     // worth of work only when a key is new; the check builds its decision under the shard lock).
@@ -746,13 +746,38 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     // Batches of checks through one pinned handle of the lock-free store.
     let free_pinned = lock_free_table(q, QuantaClock::new());
     let free_pinned_coarse = lock_free_table(q, coarse());
+    // The floor of a check on the default store: the clock read and the lookup of the key's
+    // word, in one loop over the same keys, on a dashmap with the same hasher and a word per key
+    // (no CAS, no decision).
+    let words: dashmap::DashMap<u64, AtomicU64, _> =
+        dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new());
+    let clock = QuantaClock::new();
     vec![
+        keyed_loop(
+            "floor: clock read + dashmap get",
+            Kind::Floor,
+            keys,
+            move |k| {
+                use atomic_limiter::Clock;
+                let now = clock.now();
+                match words.get(k) {
+                    Some(w) => black_box(w.load(Ordering::Relaxed)) <= now,
+                    None => {
+                        words.insert(*k, AtomicU64::new(0));
+                        false
+                    }
+                }
+            },
+        ),
         keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
             black_box(&ours).check_key(k).is_allowed()
         }),
-        keyed_loop("Keyed<u64, Gcra>, dashmap", Kind::Ours, keys, move |k| {
-            black_box(&dash).check_key(k).is_allowed()
-        }),
+        keyed_loop(
+            "Keyed<u64, Gcra>, lock-free store",
+            Kind::Ours,
+            keys,
+            move |k| black_box(&free).check_key(k).is_allowed(),
+        ),
         pinned_loop("Keyed<u64, Gcra>, pinned handle", keys, free_pinned),
         keyed_loop(
             "Keyed<u64, Gcra> + CoarseClock",
@@ -761,10 +786,10 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
             move |k| black_box(&ours_coarse).check_key(k).is_allowed(),
         ),
         keyed_loop(
-            "Keyed<u64, Gcra> + CoarseClock, dashmap",
+            "Keyed<u64, Gcra> + CoarseClock, lock-free store",
             Kind::Ours,
             keys,
-            move |k| black_box(&dash_coarse).check_key(k).is_allowed(),
+            move |k| black_box(&free_coarse).check_key(k).is_allowed(),
         ),
         pinned_loop(
             "Keyed<u64, Gcra> + CoarseClock, pinned handle",
@@ -787,30 +812,6 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
             move |k| black_box(&gov_coarse).check_key(k).is_ok(),
         ),
     ]
-}
-
-/// A GCRA table on dashmap (the store without the `papaya` feature).
-type DashTable<C> = atomic_limiter::Keyed<
-    u64,
-    Gcra<C>,
-    dashmap::DashMap<
-        u64,
-        atomic_limiter::keyed::KeyEntry<Gcra<C>>,
-        atomic_limiter::keyed::KeyHasher,
-    >,
->;
-
-/// GCRA per key on `clock`, on dashmap.
-fn dashmap_table<C: atomic_limiter::Clock + Clone + Send + Sync + 'static>(
-    q: Quota,
-    clock: C,
-) -> DashTable<C> {
-    atomic_limiter::Keyed::with_store(
-        dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new()),
-        1 << 24,
-        atomic_limiter::KeyQuotas::Every(q),
-        move |q| Gcra::with_clock(q, clock.clone()),
-    )
 }
 
 /// GCRA per key on `clock`, on the keyed store whose lookups take no lock.

@@ -64,7 +64,7 @@
 //! | `tower` | no | the `http` module: a tower layer answering `429` with the `RateLimit` fields |
 //! | `axum` | no | with `tower`: the peer address read from axum's `ConnectInfo` |
 //! | `metrics` | no | `LimiterMetrics` and `Instrumented`: counters on the `metrics` facade |
-//! | `papaya` | yes | `keyed::LockFreeStore`, a map whose lookups take no lock, and the default store of [`Keyed`] (`keyed::DefaultStore`; dashmap without it) |
+//! | `papaya` | no | `keyed::LockFreeStore`, a store for [`Keyed`] whose lookups take no lock, and `keyed::Pinned`, a batch of checks through one entry into its epoch ([`Keyed`] keeps its keys in dashmap unless given another store: `keyed::DefaultStore`) |
 //!
 //! Without `std` the crate is `no_std` (it needs `alloc` for [`ManualClock`]'s shared time):
 //! [`Quota`], [`Gcra`], [`TokenBucket`], [`FixedWindow`], [`SlidingWindowCounter`], [`Throttle`]

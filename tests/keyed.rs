@@ -1,4 +1,4 @@
-//! Keyed limiters on dashmap (the store without the `papaya` feature): bounded memory under
+//! Keyed limiters on dashmap (the default store): bounded memory under
 //! floods, eviction that never over-admits, racing inserts.
 
 use dashmap::DashMap;

@@ -180,9 +180,11 @@ impl<K: Eq + Hash + Clone, V, S: BuildHasher + Clone> KeyedStore<K, V> for DashM
 ///
 /// A removed or replaced entry is freed once no lookup that could still see it is running: the
 /// memory it pins is bounded by the entries removed during one check. Measured against dashmap
-/// (`docs/benchmarks.md`): faster with threads on distinct keys; for one thread, which is faster
-/// depends on what else is in the cache (each entry is its own allocation, one more dependent
-/// load per lookup).
+/// on two cores (`docs/benchmarks.md`), it is slower: each entry is its own allocation, one more
+/// dependent load per lookup, which over 100 000 keys visited in an order of their own is a
+/// cache miss (about twice dashmap's time a check), and entering the epoch costs more than
+/// dashmap's read lock at one key. Its lookups write nothing other threads read, where dashmap's
+/// read lock writes its shard's lock word: with many cores checking distinct keys, measure both.
 ///
 /// ```
 /// use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
