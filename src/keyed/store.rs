@@ -182,9 +182,9 @@ impl<K: Eq + Hash + Clone, V, S: BuildHasher + Clone> KeyedStore<K, V> for DashM
 /// memory it pins is bounded by the entries removed during one check. Measured against dashmap
 /// on two cores (`docs/benchmarks.md`), it is slower: each entry is its own allocation, one more
 /// dependent load per lookup, which over 100 000 keys visited in an order of their own is a
-/// cache miss (about twice dashmap's time a check), and entering the epoch costs more than
-/// dashmap's read lock at one key. Its lookups write nothing other threads read, where dashmap's
-/// read lock writes its shard's lock word: with many cores checking distinct keys, measure both.
+/// cache miss (about twice dashmap's time a check); at one key the two take the same time. Its
+/// lookups write nothing other threads read, where dashmap's read lock writes its shard's lock
+/// word: with many cores checking distinct keys, measure both.
 ///
 /// ```
 /// use atomic_limiter::keyed::{KeyHasher, LockFreeStore};

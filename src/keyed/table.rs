@@ -31,10 +31,10 @@ use crate::wait::WaitError;
 /// ([`Keyed::with_store`]): a [`DashMap`], whose lookups take a shard's read lock. In `compare`
 /// it is as fast as the lock-free store at one key and about twice as fast over 100 000 keys
 /// (where an entry read from its own allocation, as the lock-free store's are, costs one more
-/// cache miss), and it takes the least memory a key. The lock-free store (`keyed::LockFreeStore`, the
-/// `papaya` feature) writes nothing other threads read on a lookup; it is the one to measure on
-/// many cores with threads on distinct keys, and its `keyed::Pinned` handle is the
-/// fastest for a batch of checks on a few keys.
+/// cache miss), and it takes the least memory a key. The lock-free store
+/// (`keyed::LockFreeStore`, the `papaya` feature) writes nothing other threads read on a lookup:
+/// it is the one to measure on many cores with threads on distinct keys, and its `keyed::Pinned`
+/// handle is the fastest for a batch of checks on a few keys.
 pub type DefaultStore<K, V> = DashMap<K, V, KeyHasher>;
 
 /// An empty default store.
