@@ -51,24 +51,24 @@ fn spread(v: &mut [f64]) -> (f64, f64, f64) {
     (v[v.len() / 4], v[v.len() / 2], v[3 * v.len() / 4])
 }
 
-/// Per round: GCRA (base) as the reference, then the two subjects (the token buckets, or the two
-/// GCRAs) in alternating order.
+/// Per round: GCRA (base) as the reference, then a block of the base subject's checks and one
+/// of the head subject's, in alternating order.
 /// Returns (base / GCRA, head / GCRA, head / base) per round.
-fn rounds<A: base::RateLimiter, B: head::RateLimiter>(
+fn rounds_of(
     n: usize,
     gcra: &impl base::RateLimiter,
-    a: &A,
-    b: &B,
+    base_block: impl Fn() -> u64,
+    head_block: impl Fn() -> u64,
 ) -> [Vec<f64>; 3] {
     let mut out = [vec![], vec![], vec![]];
     for i in 0..n {
         let g = timed(|| base_checks(gcra, BLOCK));
         let (ta, tb) = if i % 2 == 0 {
-            let ta = timed(|| base_checks(a, BLOCK));
-            (ta, timed(|| head_checks(b, BLOCK)))
+            let ta = timed(&base_block);
+            (ta, timed(&head_block))
         } else {
-            let tb = timed(|| head_checks(b, BLOCK));
-            (timed(|| base_checks(a, BLOCK)), tb)
+            let tb = timed(&head_block);
+            (timed(&base_block), tb)
         };
         out[0].push(ta / g);
         out[1].push(tb / g);
@@ -77,7 +77,17 @@ fn rounds<A: base::RateLimiter, B: head::RateLimiter>(
     out
 }
 
-/// [`rounds`] for two keyed tables over `keys` keys, all present before the first round. Over
+/// [`rounds_of`] for two limiters (the token buckets, or the two GCRAs).
+fn rounds<A: base::RateLimiter, B: head::RateLimiter>(
+    n: usize,
+    gcra: &impl base::RateLimiter,
+    a: &A,
+    b: &B,
+) -> [Vec<f64>; 3] {
+    rounds_of(n, gcra, || base_checks(a, BLOCK), || head_checks(b, BLOCK))
+}
+
+/// [`rounds_of`] for two keyed tables over `keys` keys, all present before the first round. Over
 /// 100 000 keys two identical builds differ by up to 15 % (where each table's memory lands):
 /// read that row's quartiles, not its median alone.
 fn keyed_rounds(n: usize, gcra: &impl base::RateLimiter, keys: u64) -> [Vec<f64>; 3] {
@@ -85,24 +95,15 @@ fn keyed_rounds(n: usize, gcra: &impl base::RateLimiter, keys: u64) -> [Vec<f64>
     let a = base::Keyed::gcra(base::Quota::per_second(rate).with_burst(burst), 1 << 24);
     let b = head::Keyed::gcra(head::Quota::per_second(rate).with_burst(burst), 1 << 24);
     for k in 0..keys {
-        a.check_key(&k);
-        b.check_key(&k);
+        let _ = a.check_key(&k);
+        let _ = b.check_key(&k);
     }
-    let mut out = [vec![], vec![], vec![]];
-    for i in 0..n {
-        let g = timed(|| base_checks(gcra, BLOCK));
-        let (ta, tb) = if i % 2 == 0 {
-            let ta = timed(|| base_keyed(&a, keys, BLOCK));
-            (ta, timed(|| head_keyed(&b, keys, BLOCK)))
-        } else {
-            let tb = timed(|| head_keyed(&b, keys, BLOCK));
-            (timed(|| base_keyed(&a, keys, BLOCK)), tb)
-        };
-        out[0].push(ta / g);
-        out[1].push(tb / g);
-        out[2].push(tb / ta);
-    }
-    out
+    rounds_of(
+        n,
+        gcra,
+        || base_keyed(&a, keys, BLOCK),
+        || head_keyed(&b, keys, BLOCK),
+    )
 }
 
 fn report(what: &str, mut r: [Vec<f64>; 3]) {
