@@ -119,7 +119,7 @@ impl Retired {
 }
 
 impl<K: Eq + Hash + Clone, V, S: BuildHasher + Clone> KeyedStore<K, V> for DashMap<K, V, S> {
-    #[inline]
+    #[inline(always)]
     fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
     where
         K: Borrow<Q>,
