@@ -746,13 +746,38 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     // Batches of checks through one pinned handle of the lock-free store.
     let free_pinned = lock_free_table(q, QuantaClock::new());
     let free_pinned_coarse = lock_free_table(q, coarse());
-    // The floor of a check on the default store: the clock read and the lookup of the key's
-    // word, in one loop over the same keys, on a dashmap with the same hasher and a word per key
-    // (no CAS, no decision).
+    // The floors of a check on the default store, in one loop over the same keys, on a dashmap
+    // with the same hasher and a word per key: the clock read and the lookup of the key's word
+    // (no CAS, no decision); and the least an atomic check does there, the same with one
+    // compare-and-swap on the word under the shard's read lock, as an admission makes (no
+    // decision).
     let words: dashmap::DashMap<u64, AtomicU64, _> =
         dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new());
     let clock = QuantaClock::new();
+    let cas_words: dashmap::DashMap<u64, AtomicU64, _> =
+        dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new());
+    let cas_clock = QuantaClock::new();
     vec![
+        keyed_loop(
+            "floor: clock read + dashmap get + CAS",
+            Kind::Floor,
+            keys,
+            move |k| {
+                use atomic_limiter::Clock;
+                let now = cas_clock.now();
+                match cas_words.get(k) {
+                    Some(w) => {
+                        let seen = w.load(Ordering::Acquire);
+                        w.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                    }
+                    None => {
+                        cas_words.insert(*k, AtomicU64::new(0));
+                        false
+                    }
+                }
+            },
+        ),
         keyed_loop(
             "floor: clock read + dashmap get",
             Kind::Floor,
