@@ -2,12 +2,14 @@
 //! callgrind can isolate: the count of instructions per check, stable where timings are noisy.
 //! Driven by `scripts/instructions.sh`.
 //!
-//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-deny-retry|token-bucket-deny-retry|gcra-coarse-deny|token-bucket-coarse-deny|token-bucket-deny-100|gcra-coarse-deny-100|token-bucket-coarse-deny-100|mutex-bucket|mutex-gcra|governor|keyed|keyed-lock-free|keyed-pinned|keyed-pinned-one-key|governor-keyed|quanta-now> [N]`
+//! `cargo run --release --example instructions -- <gcra|token-bucket|gcra-deny|token-bucket-deny|gcra-deny-retry|token-bucket-deny-retry|gcra-coarse-deny|token-bucket-coarse-deny|token-bucket-deny-100|gcra-coarse-deny-100|token-bucket-coarse-deny-100|mutex-bucket|mutex-gcra|governor|reconfigurable|keyed|keyed-floor|keyed-lock-free|keyed-pinned|keyed-pinned-one-key|governor-keyed|quanta-now> [N]`
 
+use atomic_limiter::algorithm::GcraAlgorithm;
 use atomic_limiter::baseline::{MutexGcra, MutexTokenBucket};
 use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
 use atomic_limiter::{
-    CoarseClock, Gcra, KeyQuotas, Keyed, QuantaClock, Quota, RateLimiter, TokenBucket,
+    Clock, CoarseClock, Gcra, KeyQuotas, Keyed, QuantaClock, Quota, RateLimiter, Reconfigurable,
+    TokenBucket,
 };
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -88,6 +90,30 @@ fn main() {
                 NonZeroU32::new(1_000_000_000).unwrap(),
             ));
             measured_loop(n, || black_box(&l).check().is_ok())
+        }
+        "reconfigurable" => {
+            let l: Reconfigurable<GcraAlgorithm, QuantaClock> = Reconfigurable::new(q);
+            measured_loop(n, || black_box(&l).check().is_allowed())
+        }
+        "keyed-floor" => {
+            // The least an atomic check does on the default store: the clock read, dashmap's
+            // lookup of the key's word and one CAS on it (`compare`'s keyed floor).
+            let clock = QuantaClock::new();
+            let words = dashmap::DashMap::with_hasher(KeyHasher::new());
+            for k in 0..1024u64 {
+                words.insert(k, std::sync::atomic::AtomicU64::new(0));
+            }
+            let mut k = 0u64;
+            measured_loop(n, || {
+                use std::sync::atomic::Ordering;
+                k = (k + 1) & 1023;
+                let now = clock.now();
+                black_box(&words).get(&k).is_some_and(|w| {
+                    let seen = w.load(Ordering::Acquire);
+                    w.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                })
+            })
         }
         "keyed" => {
             let l = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 20);

@@ -13,7 +13,7 @@ out=$(mktemp -d)
 printf '| subject | instructions per check |\n|---|---|\n'
 for s in quanta-now gcra token-bucket gcra-deny token-bucket-deny gcra-deny-retry token-bucket-deny-retry gcra-coarse-deny \
     token-bucket-coarse-deny \
-    token-bucket-deny-100 gcra-coarse-deny-100 token-bucket-coarse-deny-100 mutex-gcra mutex-bucket governor keyed keyed-lock-free keyed-pinned keyed-pinned-one-key governor-keyed; do
+    token-bucket-deny-100 gcra-coarse-deny-100 token-bucket-coarse-deny-100 mutex-gcra mutex-bucket governor reconfigurable keyed keyed-floor keyed-lock-free keyed-pinned keyed-pinned-one-key governor-keyed; do
     valgrind --tool=callgrind --callgrind-out-file="$out/$s.out" \
         --toggle-collect='*measured_loop*' "$bin" "$s" "$n" >/dev/null 2>"$out/$s.err"
     total=$(grep -E '^(summary|totals):' "$out/$s.out" | head -1 | awk '{print $2}')
