@@ -746,54 +746,18 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     // Batches of checks through one pinned handle of the lock-free store.
     let free_pinned = lock_free_table(q, QuantaClock::new());
     let free_pinned_coarse = lock_free_table(q, coarse());
-    // The floors of a check on the default store, in one loop over the same keys, on a dashmap
-    // with the same hasher and a word per key: the clock read and the lookup of the key's word
-    // (no CAS, no decision); and the least an atomic check does there, the same with one
-    // compare-and-swap on the word under the shard's read lock, as an admission makes (no
-    // decision).
-    let words: dashmap::DashMap<u64, AtomicU64, _> =
-        dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new());
-    let clock = QuantaClock::new();
-    let cas_words: dashmap::DashMap<u64, AtomicU64, _> =
-        dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new());
-    let cas_clock = QuantaClock::new();
     vec![
-        keyed_loop(
-            "floor: clock read + dashmap get + CAS",
-            Kind::Floor,
-            keys,
-            move |k| {
-                use atomic_limiter::Clock;
-                let now = cas_clock.now();
-                match cas_words.get(k) {
-                    Some(w) => {
-                        let seen = w.load(Ordering::Acquire);
-                        w.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Acquire)
-                            .is_ok()
-                    }
-                    None => {
-                        cas_words.insert(*k, AtomicU64::new(0));
-                        false
-                    }
-                }
-            },
-        ),
-        keyed_loop(
-            "floor: clock read + dashmap get",
-            Kind::Floor,
-            keys,
-            move |k| {
-                use atomic_limiter::Clock;
-                let now = clock.now();
-                match words.get(k) {
-                    Some(w) => black_box(w.load(Ordering::Relaxed)) <= now,
-                    None => {
-                        words.insert(*k, AtomicU64::new(0));
-                        false
-                    }
-                }
-            },
-        ),
+        // The least an atomic check does on the default store: one compare-and-swap on the
+        // key's word under the shard's read lock, as an admission makes (no decision).
+        word_floor("floor: clock read + dashmap get + CAS", keys, |w, now| {
+            let seen = w.load(Ordering::Acquire);
+            w.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        }),
+        // The same without the CAS: the word read only.
+        word_floor("floor: clock read + dashmap get", keys, |w, now| {
+            black_box(w.load(Ordering::Relaxed)) <= now
+        }),
         keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
             black_box(&ours).check_key(k).is_allowed()
         }),
@@ -837,6 +801,31 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
             move |k| black_box(&gov_coarse).check_key(k).is_ok(),
         ),
     ]
+}
+
+/// A floor of a check on the default store: `keys` keys in one loop, on a dashmap of its own
+/// with the same hasher and a word per key, each check the clock read, the lookup of the key's
+/// word and `on_word` on that word with the reading. A key not there yet gets its word and counts
+/// as refused.
+fn word_floor(
+    name: &'static str,
+    keys: u64,
+    on_word: impl Fn(&AtomicU64, u64) -> bool + Send + Sync + 'static,
+) -> Subject {
+    let words: dashmap::DashMap<u64, AtomicU64, _> =
+        dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new());
+    let clock = QuantaClock::new();
+    keyed_loop(name, Kind::Floor, keys, move |k| {
+        use atomic_limiter::Clock;
+        let now = clock.now();
+        match words.get(k) {
+            Some(w) => on_word(&w, now),
+            None => {
+                words.insert(*k, AtomicU64::new(0));
+                false
+            }
+        }
+    })
 }
 
 /// GCRA per key on `clock`, on the keyed store whose lookups take no lock.
