@@ -92,6 +92,7 @@ async fn main() {
         .with_tls(TlsOptions::new().with_ca(ca_pem.into_bytes()));
     let quota = Quota::per_second(1_000_000_000).with_burst(1_000_000);
     let plain = RedisStore::connect(&server.url(), &options).await.unwrap();
+    let tls_port = server.tls_port().expect("the server's TLS port");
     let secure = RedisStore::connect(&format!("rediss://127.0.0.1:{tls_port}/"), &tls)
         .await
         .unwrap();

@@ -121,7 +121,10 @@ fn tls_server(test: &str, settings: &[String]) -> Option<(RedisServer, u16)> {
     let tls_port_text = tls_port.to_string();
     extra.push(&tls_port_text);
     extra.extend(settings.iter().map(String::as_str));
-    RedisServer::start_with(test, &extra).map(|s| (s, tls_port))
+    RedisServer::start_with(test, &extra).map(|s| {
+        let tls_port = s.tls_port().unwrap();
+        (s, tls_port)
+    })
 }
 
 fn patient() -> RedisOptions {

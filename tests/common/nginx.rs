@@ -2,9 +2,11 @@
 //! front of a server of the test's; stopped when dropped. Where nginx is not installed, `start`
 //! says the test is skipped and returns `None`; under CI (the `CI` variable set) it fails instead.
 
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub struct Nginx {
@@ -33,11 +35,24 @@ impl Nginx {
             eprintln!("SKIPPED {test}: nginx is not installed (apt-get install nginx-light)");
             return None;
         };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free loopback port");
-        let dir = std::env::temp_dir().join(format!("al-nginx-{}-{port}", std::process::id()));
+        // A port freed by `free_port` may be taken by another test's nginx before ours binds it;
+        // ours then exits, and a probe that only connected would talk to the other one.
+        for _ in 0..20 {
+            if let Some(ours) = Nginx::launch(&nginx, free_port(), upstream, proxy_config) {
+                return Some(ours);
+            }
+        }
+        panic!("{test}: no nginx of our own came up");
+    }
+
+    /// Starts nginx on `port` and waits until the answer on it is our own token; `None` if
+    /// nginx exited (its port was taken).
+    fn launch(nginx: &Path, port: u16, upstream: SocketAddr, proxy_config: &str) -> Option<Nginx> {
+        // Unique per launch: two tests of one binary may draw the same port.
+        static LAUNCHES: AtomicU32 = AtomicU32::new(0);
+        let n = LAUNCHES.fetch_add(1, Ordering::Relaxed); // only a count, orders nothing
+        let token = format!("al-nginx-{}-{port}-{n}", std::process::id());
+        let dir = std::env::temp_dir().join(&token);
         std::fs::create_dir_all(&dir).unwrap();
         let d = dir.display();
         // Run as whoever runs the tests (root in CI): no `user` switch, every path in `dir`.
@@ -59,6 +74,9 @@ http {{
     scgi_temp_path {d}/scgi;
     server {{
         listen 127.0.0.1:{port};
+        location = {READY} {{
+            return 200 \"{token}\";
+        }}
         location / {{
             proxy_pass http://{upstream};
             {proxy_config}
@@ -78,13 +96,40 @@ http {{
             .spawn()
             .expect("nginx starts");
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let mut ours = Nginx { addr, child, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(addr).is_err() {
+        loop {
+            if ready_answer(addr).is_some_and(|a| a.ends_with(&token)) {
+                return Some(ours);
+            }
+            if ours.child.try_wait().ok().flatten().is_some() {
+                return None; // dropping `ours` removes its directory
+            }
             assert!(Instant::now() < deadline, "nginx on {addr} did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Some(Nginx { addr, child, dir })
     }
+}
+
+/// The path only our nginx answers, with its token.
+const READY: &str = "/al-nginx-ready";
+
+/// The body of `GET READY` on `addr`, if something there answers.
+fn ready_answer(addr: SocketAddr) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    write!(s, "GET {READY} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    Some(answer.trim_end().to_owned())
+}
+
+/// A free loopback port (bound and released; `start` checks that the nginx on it is ours).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
 }
 
 fn is_root() -> bool {

@@ -38,6 +38,24 @@ pub fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// A free loopback port below 55 000, so that a cluster bus 10 000 above it is in range too.
+pub fn free_low_port() -> u16 {
+    (0..100)
+        .map(|_| free_port())
+        .find(|&p| p < 55_000)
+        .expect("a low free port")
+}
+
+/// `extra` with the value after `--tls-port`, if any, replaced by a fresh free port.
+fn redraw_tls_port(mut extra: Vec<String>) -> Vec<String> {
+    if let Some(i) = extra.iter().position(|e| e == "--tls-port") {
+        if let Some(value) = extra.get_mut(i + 1) {
+            *value = free_low_port().to_string();
+        }
+    }
+    extra
+}
+
 /// One redis-server process.
 pub struct RedisServer {
     pub port: u16,
@@ -107,7 +125,7 @@ impl RedisServer {
 
     /// A server of our own: a port freed by `free_port` may be taken by another test's server
     /// before ours binds it, so the answer on the port must come from our process.
-    fn spawn(mut port: u16, extra: Vec<String>) -> RedisServer {
+    fn spawn(mut port: u16, mut extra: Vec<String>) -> RedisServer {
         for _ in 0..20 {
             let dir = std::env::temp_dir().join(format!(
                 "atomic-limiter-redis-{port}-{}",
@@ -125,6 +143,8 @@ impl RedisServer {
                 return s;
             }
             port = free_port();
+            // A TLS port drawn by the caller may be the one that was taken: draw it anew too.
+            extra = redraw_tls_port(extra);
         }
         panic!("no redis-server of our own came up");
     }
@@ -167,6 +187,12 @@ impl RedisServer {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The port it listens on over TLS (`--tls-port`), as finally drawn.
+    pub fn tls_port(&self) -> Option<u16> {
+        let i = self.extra.iter().position(|e| e == "--tls-port")?;
+        self.extra.get(i + 1)?.parse().ok()
     }
 
     /// `redis://127.0.0.1:<port>/`.
@@ -323,16 +349,11 @@ impl RedisCluster {
         if !available(test) {
             return None;
         }
-        let mut tls_ports = Vec::new();
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
                 let port = free_port();
                 // Its bus listens 10 000 above it: keep both within the port range.
-                let tls_port = (0..100)
-                    .map(|_| free_port())
-                    .find(|&p| p < 55_000)
-                    .expect("a low free port");
-                tls_ports.push(tls_port);
+                let tls_port = free_low_port();
                 let mut settings = vec![
                     "--cluster-enabled".into(),
                     "yes".into(),
@@ -349,6 +370,7 @@ impl RedisCluster {
                 RedisServer::spawn(port, settings)
             })
             .collect();
+        let tls_ports: Vec<u16> = nodes.iter().map(|n| n.tls_port().unwrap()).collect();
         let addrs: Vec<String> = tls_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let status = Command::new("redis-cli")
             .args(cli_tls)
