@@ -48,10 +48,9 @@ pub fn free_low_port() -> u16 {
 
 /// `extra` with the value after `--tls-port`, if any, replaced by a fresh free port.
 fn redraw_tls_port(mut extra: Vec<String>) -> Vec<String> {
-    if let Some(i) = extra.iter().position(|e| e == "--tls-port") {
-        if let Some(value) = extra.get_mut(i + 1) {
-            *value = free_low_port().to_string();
-        }
+    let value = extra.iter().position(|e| e == "--tls-port").map(|i| i + 1);
+    if let Some(value) = value.and_then(|i| extra.get_mut(i)) {
+        *value = free_low_port().to_string();
     }
     extra
 }
