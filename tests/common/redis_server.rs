@@ -46,11 +46,16 @@ pub fn free_low_port() -> u16 {
         .expect("a low free port")
 }
 
-/// `extra` with the value after `--tls-port`, if any, replaced by a fresh free port.
+/// Where the value of `--tls-port` sits in `extra`, if it is set.
+fn tls_port_at(extra: &[String]) -> Option<usize> {
+    let i = extra.iter().position(|e| e == "--tls-port")? + 1;
+    (i < extra.len()).then_some(i)
+}
+
+/// `extra` with its `--tls-port`, if any, replaced by a fresh free port.
 fn redraw_tls_port(mut extra: Vec<String>) -> Vec<String> {
-    let value = extra.iter().position(|e| e == "--tls-port").map(|i| i + 1);
-    if let Some(value) = value.and_then(|i| extra.get_mut(i)) {
-        *value = free_low_port().to_string();
+    if let Some(i) = tls_port_at(&extra) {
+        extra[i] = free_low_port().to_string();
     }
     extra
 }
@@ -190,8 +195,7 @@ impl RedisServer {
 
     /// The port it listens on over TLS (`--tls-port`), as finally drawn.
     pub fn tls_port(&self) -> Option<u16> {
-        let i = self.extra.iter().position(|e| e == "--tls-port")?;
-        self.extra.get(i + 1)?.parse().ok()
+        self.extra[tls_port_at(&self.extra)?].parse().ok()
     }
 
     /// `redis://127.0.0.1:<port>/`.
