@@ -1,5 +1,5 @@
 //! The limiters and floors the benchmarks measure, shared by `benches/limiters.rs` (criterion) and
-//! `examples/compare.rs` (the side-by-side table). Each subject is a closure that runs `iters`
+//! `examples/compare/` (the side-by-side table). Each subject is a closure that runs `iters`
 //! checks in a loop monomorphised for its limiter, so dispatch costs one indirect call per batch,
 //! not per check.
 #![allow(dead_code)]
