@@ -345,11 +345,41 @@ fn bare_bucket() -> Subject {
     })
 }
 
-/// Every limiter on the allow path (a quota so large that nothing is denied).
+/// What a check on one word is made of, with nothing decided: a reading of `clock` and one CAS
+/// on a word of the thread's own. No other thread touches the word, so with several threads it
+/// is the most that any limiter reading this clock and changing a word of its own can serve.
+fn own_word_floor<C: atomic_limiter::Clock + Send + Sync + 'static>(
+    name: &'static str,
+    clock: C,
+) -> Subject {
+    thread_local! {
+        static WORD: AtomicU64 = const { AtomicU64::new(0) };
+    }
+    subject(name, Kind::Floor, move |iters| {
+        WORD.with(|w| {
+            let mut ok = 0;
+            for _ in 0..iters {
+                let now = black_box(&clock).now();
+                // Relaxed, as a limiter's state word is changed: one word, no data published.
+                let seen = w.load(Ordering::Relaxed);
+                ok += u64::from(
+                    w.compare_exchange(seen, now, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok(),
+                );
+            }
+            ok
+        })
+    })
+}
+
+/// Every limiter on the allow path (a quota so large that nothing is denied), and the floor
+/// under them.
 pub fn allow_subjects() -> Vec<Subject> {
     let q = open_quota();
     let gov_q = governor::Quota::per_second(nz(1_000_000_000));
     vec![
+        own_word_floor("floor: clock read + CAS, own word", QuantaClock::new()),
+        own_word_floor("floor: CoarseClock read + CAS, own word", coarse()),
         allow_loop("Gcra", Kind::Ours, Gcra::new(q)),
         reconfigurable_loop(q, None),
         allow_loop("TokenBucket", Kind::Ours, TokenBucket::new(q)),

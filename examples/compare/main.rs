@@ -5,7 +5,8 @@
 //! [-- --targets]`
 //!
 //! It opens with a verdict in plain words, then the tables behind it. `--targets` adds the
-//! development targets (ratios the issues set, met or missed).
+//! development targets (ratios the issues set, met or missed), each under the floor or ceiling
+//! that bounds it where there is one.
 //!
 //! Method: every measurement is repeated, the repetitions of all subjects interleaved (subject A,
 //! B, C, then A, B, C again ...) so that drift in the machine hits all of them alike; the table shows
@@ -172,8 +173,18 @@ fn main() {
         let t: Vec<String> = targets
             .iter()
             .map(|t| {
+                // A floor or ceiling, where the target has one: its ratio, and whether the goal
+                // lies past it.
+                let bound = t.bound.as_ref().map_or(String::new(), |b| {
+                    format!(
+                        ",\"bound\":{{\"what\":\"{}\",\"ratio\":{:.3},\"goal_past_it\":{}}}",
+                        b.what.trim_start(),
+                        b.ratio,
+                        b.beyond
+                    )
+                });
                 format!(
-                    "{{\"what\":\"{}\",\"ratio\":{:.3},\"goal\":\"{}\",\"met\":{}}}",
+                    "{{\"what\":\"{}\",\"ratio\":{:.3},\"goal\":\"{}\",\"met\":{}{bound}}}",
                     t.what, t.ratio, t.goal, t.met
                 )
             })
