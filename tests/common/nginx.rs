@@ -2,6 +2,10 @@
 //! front of a server of the test's; stopped when dropped. Where nginx is not installed, `start`
 //! says the test is skipped and returns `None`; under CI (the `CI` variable set) it fails instead.
 
+#[path = "ports.rs"]
+mod ports;
+
+use ports::free_port;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -122,14 +126,6 @@ fn ready_answer(addr: SocketAddr) -> Option<String> {
     let mut answer = String::new();
     s.read_to_string(&mut answer).ok()?;
     Some(answer.trim_end().to_owned())
-}
-
-/// A free loopback port (bound and released; `start` checks that the nginx on it is ours).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 fn is_root() -> bool {

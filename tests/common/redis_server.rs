@@ -5,8 +5,12 @@
 
 #![allow(dead_code)]
 
+#[path = "ports.rs"]
+mod ports;
+
+pub use ports::free_port;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,14 +32,6 @@ pub fn available(test: &str) -> bool {
         eprintln!("SKIPPED {test}: redis-server is not installed (apt-get install redis-server)");
     }
     found
-}
-
-/// A free loopback port (bound and released: good enough for tests that start at once).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// A free loopback port below 55 000, so that a cluster bus 10 000 above it is in range too.
