@@ -45,25 +45,9 @@ pub(crate) fn single_warmed(
     target: Duration,
     warm: u64,
 ) -> Vec<Series> {
-    let iters: Vec<u64> = subjects.iter().map(|s| calibrate(s, target)).collect();
-    let mut out: Vec<Series> = subjects
-        .iter()
-        .map(|s| Series {
-            name: s.name,
-            kind: s.kind,
-            samples: vec![],
-        })
-        .collect();
-    for _ in 0..reps {
-        for (i, s) in subjects.iter().enumerate() {
-            if warm > 0 {
-                run_threads(s, 1, warm);
-            }
-            let t = run_threads(s, 1, iters[i]);
-            out[i].samples.push(t.as_nanos() as f64 / iters[i] as f64);
-        }
-    }
-    out
+    interleaved(subjects, 1, reps, target, warm, |ops, t| {
+        t.as_nanos() as f64 / ops as f64
+    })
 }
 
 /// Total Mops/s with `threads` threads on one limiter, `reps` interleaved repetitions.
@@ -85,6 +69,22 @@ pub(crate) fn contended_warmed(
     target: Duration,
     warm: u64,
 ) -> Vec<Series> {
+    interleaved(subjects, threads, reps, target, warm, |ops, t| {
+        ops as f64 / t.as_secs_f64() / 1e6
+    })
+}
+
+/// `reps` repetitions of every subject on `threads` threads, interleaved (A, B, C, then A, B, C
+/// again), each timed run preceded by `warm` untimed operations on each thread; each sample is
+/// `figure` of the operations run on all threads and the time they took.
+fn interleaved(
+    subjects: &[Subject],
+    threads: usize,
+    reps: usize,
+    target: Duration,
+    warm: u64,
+    figure: fn(u64, Duration) -> f64,
+) -> Vec<Series> {
     let iters: Vec<u64> = subjects
         .iter()
         .map(|s| (calibrate(s, target) / threads as u64).max(1_000))
@@ -103,8 +103,7 @@ pub(crate) fn contended_warmed(
                 run_threads(s, threads, warm);
             }
             let t = run_threads(s, threads, iters[i]);
-            let ops = (iters[i] * threads as u64) as f64;
-            out[i].samples.push(ops / t.as_secs_f64() / 1e6);
+            out[i].samples.push(figure(iters[i] * threads as u64, t));
         }
     }
     out
