@@ -175,17 +175,21 @@ fn main() {
             .map(|t| {
                 // A floor or ceiling, where the target has one: its ratio, and whether the goal
                 // lies past it.
+                let past = t.goal_past_bound().unwrap_or(false);
                 let bound = t.bound.as_ref().map_or(String::new(), |b| {
                     format!(
                         ",\"bound\":{{\"what\":\"{}\",\"ratio\":{:.3},\"goal_past_it\":{}}}",
                         b.what.trim_start(),
                         b.ratio,
-                        b.beyond
+                        past
                     )
                 });
                 format!(
                     "{{\"what\":\"{}\",\"ratio\":{:.3},\"goal\":\"{}\",\"met\":{}{bound}}}",
-                    t.what, t.ratio, t.goal, t.met
+                    t.what,
+                    t.ratio,
+                    t.goal(),
+                    t.met()
                 )
             })
             .collect();

@@ -18,12 +18,16 @@ fn most(s: &Series) -> f64 {
 pub(crate) struct Target {
     pub(crate) what: String,
     pub(crate) ratio: f64,
-    pub(crate) goal: String,
-    pub(crate) met: bool,
-    /// The goal: at most (`true`) or at least (`false`) this ratio.
-    limit: Option<(bool, f64)>,
+    limit: Option<Limit>,
     /// What the ratio cannot pass on this machine, measured in the same run.
     pub(crate) bound: Option<Bound>,
+}
+
+/// A target's goal.
+#[derive(Clone, Copy)]
+enum Limit {
+    AtMost(f64),
+    AtLeast(f64),
 }
 
 /// A floor under a target's ratio (for an "at most" goal) or a ceiling over it ("at least"):
@@ -32,8 +36,6 @@ pub(crate) struct Target {
 pub(crate) struct Bound {
     pub(crate) what: String,
     pub(crate) ratio: f64,
-    /// Whether the goal lies past it: then no check of that kind meets it on this machine.
-    pub(crate) beyond: bool,
 }
 
 /// `ratio` against at most `at_most` or at least `at_least`.
@@ -43,22 +45,10 @@ pub(crate) fn target(
     at_most: Option<f64>,
     at_least: Option<f64>,
 ) -> Target {
-    let limit = match (at_most, at_least) {
-        (Some(m), _) => Some((true, m)),
-        (_, Some(m)) => Some((false, m)),
-        _ => None,
-    };
-    let (goal, met) = match limit {
-        Some((true, m)) => (format!("<= {m}"), ratio <= m),
-        Some((false, m)) => (format!(">= {m}"), ratio >= m),
-        None => (String::new(), true),
-    };
     Target {
         what: what.to_string(),
         ratio,
-        goal,
-        met,
-        limit,
+        limit: at_most.map(Limit::AtMost).or(at_least.map(Limit::AtLeast)),
         bound: None,
     }
 }
@@ -66,22 +56,45 @@ pub(crate) fn target(
 impl Target {
     /// The target with its floor or ceiling: `what`, whose ratio is `ratio`.
     fn bounded_by(mut self, what: &str, ratio: f64) -> Target {
-        if let Some((at_most, m)) = self.limit {
+        if let Some(limit) = self.limit {
+            let kind = match limit {
+                Limit::AtMost(_) => "its floor",
+                Limit::AtLeast(_) => "its ceiling",
+            };
             self.bound = Some(Bound {
-                what: format!(
-                    "  {}: {what}",
-                    if at_most { "its floor" } else { "its ceiling" }
-                ),
+                what: format!("  {kind}: {what}"),
                 ratio,
-                beyond: if at_most { ratio > m } else { ratio < m },
             });
         }
         self
     }
 
-    /// Whether this is a goal missed with its bound past the goal.
-    fn missed_past_bound(&self) -> bool {
-        !self.met && self.bound.as_ref().is_some_and(|b| b.beyond)
+    /// The goal as printed ("<= 0.5"), empty for a ratio printed for reference.
+    pub(crate) fn goal(&self) -> String {
+        match self.limit {
+            Some(Limit::AtMost(m)) => format!("<= {m}"),
+            Some(Limit::AtLeast(m)) => format!(">= {m}"),
+            None => String::new(),
+        }
+    }
+
+    /// Whether the ratio meets the goal (a ratio with none always does).
+    pub(crate) fn met(&self) -> bool {
+        match self.limit {
+            Some(Limit::AtMost(m)) => self.ratio <= m,
+            Some(Limit::AtLeast(m)) => self.ratio >= m,
+            None => true,
+        }
+    }
+
+    /// Whether the goal lies past the bound (then no check of that kind meets it on this
+    /// machine); `None` without a bound.
+    pub(crate) fn goal_past_bound(&self) -> Option<bool> {
+        let b = self.bound.as_ref()?;
+        Some(match self.limit? {
+            Limit::AtMost(m) => b.ratio > m,
+            Limit::AtLeast(m) => b.ratio < m,
+        })
     }
 }
 
@@ -96,20 +109,22 @@ pub(crate) fn print_targets(targets: &[Target], contended_ratios: &[(usize, f64,
         .max()
         .unwrap_or(0);
     for t in targets {
-        let verdict = if t.goal.is_empty() {
-            String::new()
-        } else if t.met {
-            format!("met ({})", t.goal)
-        } else {
-            format!("missed ({})", t.goal)
+        let verdict = match t.limit {
+            None => String::new(),
+            Some(_) if t.met() => format!("met ({})", t.goal()),
+            Some(_) => format!("missed ({})", t.goal()),
         };
         println!("  {:<w$} {:>7.2}x  {verdict}", t.what, t.ratio);
-        if let (Some(b), Some((at_most, m))) = (&t.bound, t.limit) {
-            let note = match (b.beyond, at_most) {
-                (true, true) => "the target lies below this floor".to_string(),
-                (true, false) => "the target lies above this ceiling".to_string(),
-                (false, true) => format!("{:.2}x of room under the target", m - b.ratio),
-                (false, false) => format!("{:.2}x of room over the target", b.ratio - m),
+        if let (Some(b), Some(limit), Some(past)) = (&t.bound, t.limit, t.goal_past_bound()) {
+            let note = match (past, limit) {
+                (true, Limit::AtMost(_)) => "the target lies below this floor".to_string(),
+                (true, Limit::AtLeast(_)) => "the target lies above this ceiling".to_string(),
+                (false, Limit::AtMost(m)) => {
+                    format!("{:.2}x of room under the target", m - b.ratio)
+                }
+                (false, Limit::AtLeast(m)) => {
+                    format!("{:.2}x of room over the target", b.ratio - m)
+                }
             };
             println!("  {:<w$} {:>7.2}x  {note}", b.what, b.ratio);
         }
@@ -119,9 +134,13 @@ pub(crate) fn print_targets(targets: &[Target], contended_ratios: &[(usize, f64,
             "  {t} thread(s): Gcra / MutexTokenBucket (std) {m:>6.2}x   Gcra / governor {g:>6.2}x  (throughput)"
         );
     }
-    let goals: Vec<&Target> = targets.iter().filter(|t| !t.goal.is_empty()).collect();
-    let missed = goals.iter().filter(|t| !t.met).count();
-    let past = goals.iter().filter(|t| t.missed_past_bound()).count();
+    let goals: Vec<&Target> = targets.iter().filter(|t| t.limit.is_some()).collect();
+    let missed: Vec<&&Target> = goals.iter().filter(|t| !t.met()).collect();
+    let past = missed
+        .iter()
+        .filter(|t| t.goal_past_bound() == Some(true))
+        .count();
+    let missed = missed.len();
     println!(
         "\n  {} of {} targets met. A floor (under an \"at most\" target) or a ceiling (over an \
          \"at least\" one)\n  is the same ratio for what any check of that kind is made of, \
