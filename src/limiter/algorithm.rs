@@ -93,12 +93,12 @@ pub(crate) mod engine {
 
     /// A step's answer for the algorithm `A`: what the CAS loop carries out of a step, turned into
     /// a [`Decision`] once the loop is done. Every algorithm answers two words (they come back
-    /// from the CAS's out-of-line retry loop in registers, and the 48-byte decision is built once,
+    /// out of the CAS loop in registers, and the 48-byte decision is built once,
     /// where it is used, instead of in the loop and copied out). Only the bucket's answer can ask
     /// for a fresh reading; for the others the shell's path for that request compiles away.
     pub trait Answer<A>: Sized {
         /// Whether an answer of this type can ask for a fresh reading at all (known statically,
-        /// so that code after the CAS's out-of-line retry loop can drop that path).
+        /// so that code after the CAS loop can drop that path).
         const MAY_RECHECK: bool = false;
 
         /// The decision made at `now` (step units), or `None` for "decide again on a fresh
