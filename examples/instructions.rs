@@ -107,8 +107,8 @@ fn main() {
             measured_loop(n, || {
                 use std::sync::atomic::Ordering;
                 k = (k + 1) & 1023;
-                let now = clock.now();
                 black_box(&words).get(&k).is_some_and(|w| {
+                    let now = clock.now();
                     let seen = w.load(Ordering::Acquire);
                     w.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Acquire)
                         .is_ok()
