@@ -326,18 +326,22 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 if let Err(e) = InsufficientCapacity::check(n, first.quota().burst()) {
                     return finish(Err(e));
                 }
+                // The limiter itself, read out of the table's `Arc` here, before the lookup's
+                // lock: a load after a locked instruction waits for it, and the step under the
+                // lock and the decision after it would each read the pointer again.
+                let limiter: &L = first;
                 let seen = lookup.look_up(key, |e, retired| {
                     // A change that began since the hint may have moved this key already, or be
                     // moving it (retired).
-                    if !Arc::ptr_eq(&e.limiter, first) {
+                    if !core::ptr::eq(&*e.limiter, limiter) {
                         return None;
                     }
-                    first.take_state(&e.state, n, retired.map(Retired::flag))
+                    limiter.take_state(&e.state, n, retired.map(Retired::flag))
                 });
                 return match seen {
-                    Some(Some(seen)) => match on_seen(first, seen) {
+                    Some(Some(seen)) => match on_seen(limiter, seen) {
                         Some(answer) => answer,
-                        None => finish(Ok(first.decision_of(seen, n))),
+                        None => finish(Ok(limiter.decision_of(seen, n))),
                     },
                     Some(None) => finish(self.check_moved(key, n)),
                     None => finish(self.check_new(key, n, true)),
