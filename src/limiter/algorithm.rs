@@ -93,9 +93,9 @@ pub(crate) mod engine {
 
     /// A step's answer for the algorithm `A`: what the CAS loop carries out of a step, turned into
     /// a [`Decision`] once the loop is done. Every algorithm answers two words (they come back
-    /// out of the CAS loop in registers, and the 48-byte decision is built once,
-    /// where it is used, instead of in the loop and copied out). Only the bucket's answer can ask
-    /// for a fresh reading; for the others the shell's path for that request compiles away.
+    /// out of the CAS loop in registers, and the 48-byte decision is built once, where it is used,
+    /// instead of in the loop and copied out). Only the bucket's answer can ask for a fresh
+    /// reading; for the others the shell's path for that request compiles away.
     pub trait Answer<A>: Sized {
         /// Whether an answer of this type can ask for a fresh reading at all (known statically,
         /// so that code after the CAS loop can drop that path).
