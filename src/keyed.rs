@@ -37,4 +37,6 @@ pub use self::table::DefaultStore;
 
 /// The hasher `Keyed` uses by default: aHash, keyed randomly per process, fast on short keys and
 /// resistant to hash flooding (an attacker who cannot see the keys cannot aim keys at one bucket).
+/// A store built with another hasher is given to [`Keyed::with_store`](crate::Keyed::with_store);
+/// a faster one that resists flooding less suits only keys no client chooses.
 pub type KeyHasher = ahash::RandomState;
