@@ -28,6 +28,12 @@ pub(crate) trait Content: Sized {
     /// change has taken yet.
     fn check_live(&self, n: u32, retired: &AtomicBool) -> Option<Decision>;
 
+    /// Whether [`Cells::check`] goes through [`Content::check_one_or`] (a content whose decision
+    /// is made out of line, and would be copied out of an `Option`) or loops on
+    /// [`Content::check_live`]: a decision built at one place stays in registers, where one
+    /// merged with `again()`'s is built in memory, and the next check's CAS waits for its stores.
+    const ONE_OR_AGAIN: bool = false;
+
     /// [`Content::check_live`] for one token, which every quota's burst holds, answering
     /// `again()` once `retired` is set. A content whose decision would be copied out of the
     /// `Option` (one made out of line) makes it in place instead, where it is returned.
@@ -221,10 +227,19 @@ impl<T: Content> Cells<T> {
     #[inline(always)]
     pub(crate) fn check(&self) -> Decision {
         let _section = reclaim::enter();
-        let cell = self.load();
+        let mut cell = self.load();
         // One token is within every quota's burst (a burst is at least 1).
-        cell.content
-            .check_one_or(&cell.retired, || self.check_after(cell))
+        if T::ONE_OR_AGAIN {
+            return cell
+                .content
+                .check_one_or(&cell.retired, || self.check_after(cell));
+        }
+        loop {
+            if let Some(decision) = cell.content.check_live(1, &cell.retired) {
+                return decision;
+            }
+            cell = self.replacement_of(cell);
+        }
     }
 
     /// [`Cells::check`] on the cells that replaced `old`, which a change retired under it;

@@ -35,6 +35,8 @@ where
         self.check_n_live(n, retired)
     }
 
+    const ONE_OR_AGAIN: bool = true;
+
     #[inline(always)]
     fn check_one_or(&self, retired: &AtomicBool, again: impl FnOnce() -> Decision) -> Decision {
         Sharded::check_one_or(self, retired, again)
