@@ -227,19 +227,14 @@ impl<T: Content> Cells<T> {
     #[inline(always)]
     pub(crate) fn check(&self) -> Decision {
         let _section = reclaim::enter();
-        let mut cell = self.load();
+        let cell = self.load();
         // One token is within every quota's burst (a burst is at least 1).
         if T::ONE_OR_AGAIN {
             return cell
                 .content
                 .check_one_or(&cell.retired, || self.check_after(cell));
         }
-        loop {
-            if let Some(decision) = cell.content.check_live(1, &cell.retired) {
-                return decision;
-            }
-            cell = self.replacement_of(cell);
-        }
+        self.check_from(cell)
     }
 
     /// [`Cells::check`] on the cells that replaced `old`, which a change retired under it;
@@ -247,7 +242,13 @@ impl<T: Content> Cells<T> {
     #[cold]
     #[inline(never)]
     fn check_after(&self, old: &Cell<T>) -> Decision {
-        let mut cell = self.replacement_of(old);
+        self.check_from(self.replacement_of(old))
+    }
+
+    /// One token on `cell`, or on the cells that replaced it once it is found retired; the
+    /// caller's section is open.
+    #[inline(always)]
+    fn check_from<'a>(&'a self, mut cell: &'a Cell<T>) -> Decision {
         loop {
             if let Some(decision) = cell.content.check_live(1, &cell.retired) {
                 return decision;
