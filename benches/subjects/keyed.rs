@@ -1,0 +1,276 @@
+//! The keyed subjects: ours on each store, governor's keyed limiter, and the floors beside
+//! them, each a loop over one thread's range of keys.
+
+use super::{Kind, Subject, coarse, governor_coarse_clock, nz, open_quota, subject};
+use atomic_limiter::{Gcra, QuantaClock, Quota};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+impl Subject {
+    /// Creates the `keys` keys of a thread's range (keyed subjects): range 0 is the keys of the
+    /// runs on one thread, range 1 those of the second thread on distinct keys. They are created
+    /// in an order of their own, unrelated to the order the timed runs visit them in
+    /// ([`KeyCycle`]).
+    pub fn run_keys_warm(&self, keys: u64, range: u64) {
+        INSERTING.with(|r| r.set(Some(range)));
+        black_box((self.run)(keys));
+        INSERTING.with(|r| r.set(None));
+    }
+}
+
+/// This thread's key range, 0 or 1: two threads started together get consecutive numbers, so
+/// distinct ranges, and later threads reuse the ranges (and the keys already created in them).
+fn thread_index() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static INDEX: u64 = NEXT.fetch_add(1, Ordering::Relaxed) % 2;
+    }
+    INDEX.with(|i| *i)
+}
+
+/// This thread's keys, `base .. base + keys`, each once per round in a shuffled order, as requests
+/// from many clients arrive. The keys were created in another shuffled order
+/// ([`Subject::run_keys_warm`]): a store that allocates each entry on its own lays them out in
+/// memory in the order they were created, and visited in that same order it would read memory
+/// almost in sequence, which the hardware prefetches (measured: the lock-free store's check at
+/// 100 000 keys took about a third of its time in an unrelated order). The order is worked out
+/// once per thread and key count, outside any timing, and each run goes on where the thread's
+/// last run stopped, so that runs shorter than a round still visit every key in turn rather than
+/// the first few again. A step reads the next key from the order (no division: a `%` per step
+/// would cost both subjects several nanoseconds, and compress their ratio towards 1).
+struct KeyCycle {
+    order: std::rc::Rc<[u64]>,
+    i: usize,
+    /// Creating the keys: a one-off order, not the timed runs' (its position is not kept).
+    inserting: bool,
+}
+
+thread_local! {
+    /// The key range being created by [`Subject::run_keys_warm`] on this thread, if any.
+    static INSERTING: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// `base .. base + keys`, shuffled by Fisher-Yates on a fixed xorshift sequence from `seed`: the
+/// same order every run.
+fn shuffled(base: u64, keys: u64, seed: u64) -> Vec<u64> {
+    let mut order: Vec<u64> = (base..base + keys).collect();
+    let mut x = seed;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+thread_local! {
+    /// The last order made on this thread (its key count, the order) and where the last run
+    /// stopped in it.
+    static CYCLE: std::cell::RefCell<(u64, std::rc::Rc<[u64]>, usize)> =
+        std::cell::RefCell::new((0, std::rc::Rc::from(Vec::new()), 0));
+}
+
+impl KeyCycle {
+    fn new(keys: u64) -> KeyCycle {
+        if let Some(range) = INSERTING.with(|r| r.get()) {
+            return KeyCycle {
+                order: std::rc::Rc::from(shuffled(range * keys, keys, 0x2545_f491_4f6c_dd1d)),
+                i: 0,
+                inserting: true,
+            };
+        }
+        CYCLE.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.0 != keys || c.1.is_empty() {
+                let base = thread_index() * keys;
+                let order = shuffled(base, keys, 0x9e37_79b9_7f4a_7c15);
+                *c = (keys, std::rc::Rc::from(order), 0);
+            }
+            KeyCycle {
+                order: c.1.clone(),
+                i: c.2,
+                inserting: false,
+            }
+        })
+    }
+
+    #[inline]
+    fn next(&mut self) -> u64 {
+        let key = self.order[self.i];
+        self.i += 1;
+        if self.i == self.order.len() {
+            self.i = 0;
+        }
+        key
+    }
+}
+
+impl Drop for KeyCycle {
+    fn drop(&mut self) {
+        if !self.inserting {
+            CYCLE.with(|c| c.borrow_mut().2 = self.i);
+        }
+    }
+}
+
+/// Keyed limiters checked over `keys` keys already present (each thread on its own range of keys),
+/// ours against governor's keyed limiter, both with a quota nothing hits.
+pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
+    let q = open_quota();
+    let gov_q = governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST));
+    // The default store (dashmap), and the lock-free one.
+    let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 24);
+    let ours_coarse = atomic_limiter::Keyed::gcra_with_clock(q, 1 << 24, coarse());
+    let free = lock_free_table(q, QuantaClock::new());
+    let free_coarse = lock_free_table(q, coarse());
+    let clock = QuantaClock::new();
+    // Every key on the same quota, but through the quota function's path (one more lookup's
+    // worth of work only when a key is new; the check builds its decision under the shard lock).
+    let ours_fn = atomic_limiter::Keyed::<u64, Gcra>::with_quota_fn(
+        1 << 24,
+        move |_| q,
+        move |q| Gcra::with_clock(q, clock.clone()),
+    );
+    let gov = governor::RateLimiter::keyed(gov_q);
+    let gov_coarse = governor::RateLimiter::dashmap_with_clock(gov_q, governor_coarse_clock());
+    // Batches of checks through one pinned handle of the lock-free store.
+    let free_pinned = lock_free_table(q, QuantaClock::new());
+    let free_pinned_coarse = lock_free_table(q, coarse());
+    vec![
+        // The least an atomic check does on the default store: one compare-and-swap on the
+        // key's word under the shard's read lock, as an admission makes (no decision).
+        word_floor("floor: clock read + dashmap get + CAS", keys, |w, now| {
+            let seen = w.load(Ordering::Acquire);
+            w.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        }),
+        // The same without the CAS: the word read only.
+        word_floor("floor: clock read + dashmap get", keys, |w, now| {
+            black_box(w.load(Ordering::Relaxed)) <= now
+        }),
+        keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
+            black_box(&ours).check_key(k).is_allowed()
+        }),
+        keyed_loop(
+            "Keyed<u64, Gcra>, lock-free store",
+            Kind::Ours,
+            keys,
+            move |k| black_box(&free).check_key(k).is_allowed(),
+        ),
+        pinned_loop("Keyed<u64, Gcra>, pinned handle", keys, free_pinned),
+        keyed_loop(
+            "Keyed<u64, Gcra> + CoarseClock",
+            Kind::Ours,
+            keys,
+            move |k| black_box(&ours_coarse).check_key(k).is_allowed(),
+        ),
+        keyed_loop(
+            "Keyed<u64, Gcra> + CoarseClock, lock-free store",
+            Kind::Ours,
+            keys,
+            move |k| black_box(&free_coarse).check_key(k).is_allowed(),
+        ),
+        pinned_loop(
+            "Keyed<u64, Gcra> + CoarseClock, pinned handle",
+            keys,
+            free_pinned_coarse,
+        ),
+        keyed_loop(
+            "Keyed<u64, Gcra>, quota function",
+            Kind::Ours,
+            keys,
+            move |k| black_box(&ours_fn).check_key(k).is_allowed(),
+        ),
+        keyed_loop("governor keyed check_key", Kind::Peer, keys, move |k| {
+            black_box(&gov).check_key(k).is_ok()
+        }),
+        keyed_loop(
+            "governor keyed check_key + coarse clock",
+            Kind::Peer,
+            keys,
+            move |k| black_box(&gov_coarse).check_key(k).is_ok(),
+        ),
+    ]
+}
+
+/// A floor of a check on the default store: `keys` keys in one loop, on a dashmap of its own
+/// with the same hasher and a word per key, each check the lookup of the key's word, the clock
+/// read under the shard's lock (where the check reads it: read before the lookup, the same loop
+/// took 2.5 ns longer at one key on a 2-core host) and `on_word` on that word with the reading.
+/// A key not there yet gets its word and counts as refused.
+fn word_floor(
+    name: &'static str,
+    keys: u64,
+    on_word: impl Fn(&AtomicU64, u64) -> bool + Send + Sync + 'static,
+) -> Subject {
+    let words: dashmap::DashMap<u64, AtomicU64, _> =
+        dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new());
+    let clock = QuantaClock::new();
+    keyed_loop(name, Kind::Floor, keys, move |k| {
+        use atomic_limiter::Clock;
+        match words.get(k) {
+            Some(w) => on_word(&w, clock.now()),
+            None => {
+                words.insert(*k, AtomicU64::new(0));
+                false
+            }
+        }
+    })
+}
+
+/// GCRA per key on `clock`, on the keyed store whose lookups take no lock.
+fn lock_free_table<C: atomic_limiter::Clock + Clone + Send + Sync + 'static>(
+    q: Quota,
+    clock: C,
+) -> atomic_limiter::Keyed<
+    u64,
+    Gcra<C>,
+    atomic_limiter::keyed::LockFreeStore<u64, atomic_limiter::keyed::KeyEntry<Gcra<C>>>,
+> {
+    atomic_limiter::Keyed::with_store(
+        atomic_limiter::keyed::LockFreeStore::with_hasher(atomic_limiter::keyed::KeyHasher::new()),
+        1 << 24,
+        atomic_limiter::KeyQuotas::Every(q),
+        move |q| Gcra::with_clock(q, clock.clone()),
+    )
+}
+
+/// A keyed subject through one pinned handle a run (a batch of checks on one thread), as a caller
+/// would hold it.
+fn pinned_loop<C: atomic_limiter::Clock + Clone + Send + Sync + 'static>(
+    name: &'static str,
+    keys: u64,
+    table: atomic_limiter::Keyed<
+        u64,
+        Gcra<C>,
+        atomic_limiter::keyed::LockFreeStore<u64, atomic_limiter::keyed::KeyEntry<Gcra<C>>>,
+    >,
+) -> Subject {
+    subject(name, Kind::Ours, move |iters| {
+        let mut key = KeyCycle::new(keys);
+        let mut pinned = black_box(&table).pinned();
+        let mut ok = 0;
+        for _ in 0..iters {
+            ok += pinned.check_key(&key.next()).is_allowed() as u64;
+        }
+        ok
+    })
+}
+
+/// A keyed subject: `iters` checks over this thread's `keys` keys in turn.
+fn keyed_loop(
+    name: &'static str,
+    kind: Kind,
+    keys: u64,
+    check: impl Fn(&u64) -> bool + Send + Sync + 'static,
+) -> Subject {
+    subject(name, kind, move |iters| {
+        let mut key = KeyCycle::new(keys);
+        let mut ok = 0;
+        for _ in 0..iters {
+            ok += check(&key.next()) as u64;
+        }
+        ok
+    })
+}
