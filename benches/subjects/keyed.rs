@@ -149,6 +149,8 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
         word_floor("floor: clock read + dashmap get", keys, |w, now| {
             black_box(w.load(Ordering::Relaxed)) <= now
         }),
+        // The same on a table made for one-word keys instead of dashmap: no lock.
+        probe_floor("floor: clock read + lock-free probe + CAS", keys),
         keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
             black_box(&ours).check_key(k).is_allowed()
         }),
@@ -215,6 +217,64 @@ fn word_floor(
                 words.insert(*k, AtomicU64::new(0));
                 false
             }
+        }
+    })
+}
+
+/// What a store made for `u64` keys could reach, where dashmap's shard lock bounds the default
+/// store: a probe of open-addressed 16-byte slots (the key and its state word in one cache line)
+/// that takes no lock, a clock read and one CAS on the word, deciding nothing. It is a floor, not
+/// a store: it never evicts, moves or removes a key, and takes no other key type.
+fn probe_floor(name: &'static str, keys: u64) -> Subject {
+    #[repr(align(16))]
+    struct Slot {
+        key: AtomicU64,
+        word: AtomicU64,
+    }
+    const EMPTY: u64 = u64::MAX;
+    // Room for two threads' keys at half load at most, so that probes stay short; and at
+    // least 256 cache lines, so that two threads' single keys seldom share one.
+    let cap = usize::try_from((4 * keys).next_power_of_two().max(1024)).expect("a bench's size");
+    let slots: Box<[Slot]> = (0..cap)
+        .map(|_| Slot {
+            key: AtomicU64::new(EMPTY),
+            word: AtomicU64::new(0),
+        })
+        .collect();
+    let hasher = atomic_limiter::keyed::KeyHasher::new();
+    let clock = QuantaClock::new();
+    keyed_loop(name, Kind::Floor, keys, move |k| {
+        use atomic_limiter::Clock;
+        let mask = slots.len() - 1;
+        // Truncated on 32-bit targets: a slot index needs only the low bits.
+        let mut i = hasher.hash_one(k) as usize & mask;
+        loop {
+            let s = &slots[i];
+            // Acquire: pairs with the claim's CAS; the key is all a slot publishes.
+            let seen = s.key.load(Ordering::Acquire);
+            if seen == *k {
+                let now = clock.now();
+                // The same orderings as the dashmap floor's word, as an admission uses.
+                let w = s.word.load(Ordering::Acquire);
+                return s
+                    .word
+                    .compare_exchange(w, now, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+            }
+            if seen == EMPTY {
+                // A key first seen claims the slot, unless a thread claimed it first (for this
+                // key: done; for another: probe on). AcqRel/Acquire: publishes the key, and
+                // reads a rival's.
+                match s
+                    .key
+                    .compare_exchange(EMPTY, *k, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => return false,
+                    Err(other) if other == *k => return false,
+                    Err(_) => {}
+                }
+            }
+            i = (i + 1) & mask;
         }
     })
 }

@@ -437,8 +437,9 @@ fn keyed(targets: &mut Vec<Target>, keys: u64, one: &[Series], two: &[Series]) {
             let most = if keys == 1 { 0.6 } else { 0.5 };
             // What the row stands on, in one loop over the same keys, against governor's check:
             // the least an atomic check does on the default store (the clock read, the lookup
-            // of the key's word and one CAS on it under the shard's read lock), and the same
-            // without the CAS.
+            // of the key's word and one CAS on it under the shard's read lock), the same
+            // without the CAS, and the same on a table made for u64 keys that takes no lock
+            // (what a store of that kind could reach).
             let floor = |parts: &str| {
                 fastest(find(one, &format!("floor: {parts}"))) / median(&find(one, gov).samples)
             };
@@ -462,6 +463,15 @@ fn keyed(targets: &mut Vec<Target>, keys: u64, one: &[Series], two: &[Series]) {
                      {keys} key(s)"
                 ),
                 floor("clock read + dashmap get"),
+                None,
+                None,
+            ));
+            targets.push(target(
+                &format!(
+                    "    on a table made for u64 keys, no lock: clock read + lock-free probe + \
+                     CAS / governor keyed, {keys} key(s)"
+                ),
+                floor("clock read + lock-free probe + CAS"),
                 None,
                 None,
             ));
