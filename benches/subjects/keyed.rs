@@ -140,11 +140,7 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     vec![
         // The least an atomic check does on the default store: one compare-and-swap on the
         // key's word under the shard's read lock, as an admission makes (no decision).
-        word_floor("floor: clock read + dashmap get + CAS", keys, |w, now| {
-            let seen = w.load(Ordering::Acquire);
-            w.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        }),
+        word_floor("floor: clock read + dashmap get + CAS", keys, take_word),
         // The same without the CAS: the word read only.
         word_floor("floor: clock read + dashmap get", keys, |w, now| {
             black_box(w.load(Ordering::Relaxed)) <= now
@@ -194,6 +190,15 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
             move |k| black_box(&gov_coarse).check_key(k).is_ok(),
         ),
     ]
+}
+
+/// A floor's admission on a key's word: one CAS to the reading, with the orderings an admission
+/// uses, deciding nothing.
+#[inline(always)]
+fn take_word(w: &AtomicU64, now: u64) -> bool {
+    let seen = w.load(Ordering::Acquire);
+    w.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
 }
 
 /// A floor of a check on the default store: `keys` keys in one loop, on a dashmap of its own
@@ -253,13 +258,7 @@ fn probe_floor(name: &'static str, keys: u64) -> Subject {
             // Acquire: pairs with the claim's CAS; the key is all a slot publishes.
             let seen = s.key.load(Ordering::Acquire);
             if seen == *k {
-                let now = clock.now();
-                // The same orderings as the dashmap floor's word, as an admission uses.
-                let w = s.word.load(Ordering::Acquire);
-                return s
-                    .word
-                    .compare_exchange(w, now, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
+                return take_word(&s.word, clock.now());
             }
             if seen == EMPTY {
                 // A key first seen claims the slot, unless a thread claimed it first (for this
