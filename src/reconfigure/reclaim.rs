@@ -3,9 +3,9 @@
 //!
 //! # Implementation details
 //!
-//! Each thread that checks has a slot, registered once, holding the number of its last section:
-//! odd while that section is open, even once it closed. A check opens a section with the next
-//! (odd) number and closes it with the one after; a change, after unpublishing the old cell,
+//! Each thread that checks has a slot, registered once, holding the number of its last section
+//! and whether that section is open. A check opens a section by setting the open bit and closes
+//! it with the next number, the bit clear; a change, after unpublishing the old cell,
 //! waits out every section that was open when it looked. The checks pay two plain stores to their
 //! own slot and no atomic read-modify-write: the ordering work is moved to the change, which is
 //! rare. A change never waits: it notes which sections were open ([`Grace`]) and frees the cell
@@ -16,11 +16,11 @@
 //!
 //! | side | on Linux (`membarrier`) | elsewhere |
 //! |---|---|---|
-//! | a check enters | stores its (odd) section number, then a compiler fence | the same, then a full fence |
+//! | a check enters | stores its section number with the open bit, then a compiler fence | the same, then a full fence |
 //! | a change, after publishing the new cell | asks the kernel to run a full barrier on every thread of the process | a full fence |
-//! | then | reads every slot, and notes each that shows an odd number | the same |
+//! | then | reads every slot, and notes each that shows the open bit | the same |
 //! | later | frees the cell once every noted slot has moved past the number it showed | the same |
-//! | a check leaves | stores the next (even) number (`Release`) | the same |
+//! | a check leaves | stores the next number, the bit clear (`Release`) | the same |
 //!
 //! Why that suffices: the barrier the change causes falls, in each checking thread, either after
 //! the section number was stored (the change then reads it and waits for that section to end) or
@@ -28,7 +28,10 @@
 //! pointer was published: it cannot load the old one). A section that ends moves its slot on with
 //! `Release`, read by the change with `Acquire`: its reads of the old cell happen before the free.
 //! A check inside a check (a clock that checks another limiter) finds its slot open and leaves
-//! it to the outer section.
+//! it to the outer section. Which fence a section takes is fixed in its slot when the slot is
+//! made (the kernel's answer is decided before any check runs), beside the open bit, so the check
+//! tells both from the one load and the one branch it needs for nesting (a flag of its own and
+//! a second branch cost about 1 ns a check: `docs/benchmarks.md`).
 //!
 //! Under the loom models cells are freed only when the limiter is dropped: loom checks the cell
 //! protocol, not the grace periods (it cannot model `membarrier`); those run under the tests and
@@ -73,21 +76,42 @@ mod grace {
     use alloc::vec::Vec;
     use core::cell::Cell;
     use core::ptr;
-    use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
+    use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
     use std::sync::{Mutex, OnceLock, PoisonError};
 
-    /// A thread's slot: the number of its last section, odd while the thread is in it (in a
-    /// check), even outside; only its thread writes it, and every section takes a new number.
-    #[derive(Debug, Default)]
+    /// A thread's slot: the number of its last section, with two flags; only its thread writes
+    /// it, and every section takes a new number.
+    ///
+    /// | bits | meaning |
+    /// |---|---|
+    /// | 0 ([`Slot::OPEN`]) | set while the thread is in a section (in a check) |
+    /// | 1 ([`Slot::FENCED`]) | fixed when the slot is made: its sections take a full fence |
+    /// | 2..64 | the section count, one more each time a section closes (wraps after 2^62) |
+    ///
+    /// A section's fence is told from the number it already reads to see whether it is nested,
+    /// by the same test: the check's common path (open nothing, fence nothing) takes one branch.
+    #[derive(Debug)]
     struct Slot {
         section: AtomicU64,
     }
 
     impl Slot {
+        const OPEN: u64 = 1;
+        const FENCED: u64 = 1 << 1;
+        /// A section's close: clears `OPEN`, counts one more.
+        const CLOSE: u64 = (1 << 2) - Slot::OPEN;
+
+        /// A slot whose sections take a full fence unless the kernel runs the barrier for them.
+        fn new(kernel_barrier: bool) -> Slot {
+            Slot {
+                section: AtomicU64::new(if kernel_barrier { 0 } else { Slot::FENCED }),
+            }
+        }
+
         /// Whether `number` is a section's while it is open.
         #[inline(always)]
         fn is_open(number: u64) -> bool {
-            number & 1 == 1
+            number & Slot::OPEN != 0
         }
     }
 
@@ -101,10 +125,6 @@ mod grace {
     /// Whether the kernel runs the heavy barrier for us; decided once, before the first limiter
     /// exists, so every change sees the same answer.
     static KERNEL_BARRIER: OnceLock<bool> = OnceLock::new();
-
-    /// [`KERNEL_BARRIER`] as the sections read it: set only once it is decided `true`. A section
-    /// that still reads `false` takes a full fence, which is never wrong, only slower.
-    static LIGHT_SECTIONS: AtomicBool = AtomicBool::new(false);
 
     /// A slot pointer's value for a thread whose slot is gone (its thread-locals are being
     /// destroyed): its checks are stragglers.
@@ -126,7 +146,10 @@ mod grace {
 
     impl Owner {
         fn register() -> Owner {
-            let slot = Arc::new(Slot::default());
+            // Decided before this thread's first check: `prepare` ran when the limiter it checks
+            // was built. A slot made before (none is) would take full fences: never wrong, only
+            // slower.
+            let slot = Arc::new(Slot::new(KERNEL_BARRIER.get() == Some(&true)));
             SLOTS
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -149,11 +172,7 @@ mod grace {
     /// Decides, once, whether changes ask the kernel for the heavy barrier. Called when a
     /// reconfigurable limiter is built, so before any check or change on one.
     pub(crate) fn prepare() {
-        if *KERNEL_BARRIER.get_or_init(kernel::register) {
-            // Relaxed: only lightens the sections' fence; a section that reads the old value
-            // takes the full one, which the kernel's barrier does not need but does not mind.
-            LIGHT_SECTIONS.store(true, Ordering::Relaxed);
-        }
+        KERNEL_BARRIER.get_or_init(kernel::register);
     }
 
     /// Opens a section, a check on a cell, which a change waits out before freeing that cell; it
@@ -169,23 +188,31 @@ mod grace {
         let slot = unsafe { &*slot };
         // Relaxed: only this thread writes its slot.
         let last = slot.section.load(Ordering::Relaxed);
+        if last & (Slot::OPEN | Slot::FENCED) != 0 {
+            return enter_fenced_or_nested(slot, last);
+        }
+        // Release: a change that waits for the last section to end may read this number rather
+        // than the one that ended it; reading it must order that section's reads before the free
+        // just the same. (Ordered before this section's loads by the kernel's barrier.)
+        slot.section.store(last | Slot::OPEN, Ordering::Release);
+        // The kernel runs the full barrier on this thread when a change asks for it.
+        compiler_fence(Ordering::SeqCst);
+        Section { slot }
+    }
+
+    /// [`enter`] on a slot whose sections take a full fence, or inside an open section.
+    #[cold]
+    #[inline(never)]
+    fn enter_fenced_or_nested(slot: &Slot, last: u64) -> Section {
         if Slot::is_open(last) {
             // Nested (a clock that checks another limiter): the outer section covers it.
             return Section { slot: ptr::null() };
         }
-        // Release: a change that waits for the last section to end may read this number rather
-        // than the even one that ended it; reading it must order that section's reads before the
-        // free just the same. (Ordered before this section's loads by the barrier below.)
-        slot.section.store(last + 1, Ordering::Release);
-        // Relaxed: see `LIGHT_SECTIONS`.
-        if LIGHT_SECTIONS.load(Ordering::Relaxed) {
-            // The kernel runs the full barrier on this thread when a change asks for it.
-            compiler_fence(Ordering::SeqCst);
-        } else {
-            // SeqCst: the store above before this section's loads, against the change's own
-            // SeqCst fence (store-load ordering on both sides).
-            fence(Ordering::SeqCst);
-        }
+        // Release: as in `enter`.
+        slot.section.store(last | Slot::OPEN, Ordering::Release);
+        // SeqCst: the store above before this section's loads, against the change's own SeqCst
+        // fence (store-load ordering on both sides).
+        fence(Ordering::SeqCst);
         Section { slot }
     }
 
@@ -233,7 +260,8 @@ mod grace {
             let open = slot.section.load(Ordering::Relaxed);
             // Release: this section's reads of a cell happen before a change that reads the
             // closed slot frees it.
-            slot.section.store(open + 1, Ordering::Release);
+            slot.section
+                .store(open.wrapping_add(Slot::CLOSE), Ordering::Release);
         }
     }
 
@@ -290,6 +318,69 @@ mod grace {
         // Acquire: pairs with a straggler's Release on leaving.
         let stragglers = STRAGGLERS.load(Ordering::Acquire) != 0;
         Some(Grace { open, stragglers })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// This thread's slot's number, once a section registered it.
+        fn number() -> u64 {
+            let slot = SLOT.with(Cell::get);
+            assert!(slot.addr() > GONE, "no slot registered");
+            // SAFETY: this thread's registered slot, as in `enter`.
+            unsafe { &*slot }.section.load(Ordering::Relaxed)
+        }
+
+        /// A section opens and closes its slot's number and keeps the slot's fence as made; a
+        /// nested one leaves the number alone; a grace taken while it is open has not passed.
+        #[test]
+        fn a_section_moves_its_number_on_and_keeps_the_slot_fence() {
+            prepare();
+            let fenced = if KERNEL_BARRIER.get() == Some(&true) {
+                0
+            } else {
+                Slot::FENCED
+            };
+            drop(enter());
+            let closed = number();
+            assert_eq!(closed & (Slot::OPEN | Slot::FENCED), fenced);
+            let outer = enter();
+            let open = number();
+            assert_eq!(open, closed | Slot::OPEN);
+            let mut grace = grace().expect("the kernel's barrier, once registered, runs");
+            drop(enter());
+            assert_eq!(number(), open, "a nested section changes nothing");
+            assert!(!grace.passed(), "this thread's section is still open");
+            drop(outer);
+            let next = number();
+            assert_eq!(next & (Slot::OPEN | Slot::FENCED), fenced);
+            assert_ne!(next, closed);
+            // Other tests' threads may be in sections of their own for a while.
+            let start = std::time::Instant::now();
+            while !grace.passed() {
+                assert!(start.elapsed() < std::time::Duration::from_secs(10));
+                std::thread::yield_now();
+            }
+        }
+
+        /// A slot that takes full fences: its sections keep it so, and each closes with a new
+        /// number, wrapping at the end of the count.
+        #[test]
+        fn a_fenced_slot_stays_fenced() {
+            let slot = Slot::new(false);
+            for start in [Slot::FENCED, u64::MAX - Slot::OPEN] {
+                slot.section.store(start, Ordering::Relaxed);
+                let section = enter_fenced_or_nested(&slot, start);
+                let open = slot.section.load(Ordering::Relaxed);
+                assert_eq!(open, start | Slot::OPEN);
+                assert!(enter_fenced_or_nested(&slot, open).slot.is_null(), "nested");
+                drop(section);
+                let closed = slot.section.load(Ordering::Relaxed);
+                assert_eq!(closed & (Slot::OPEN | Slot::FENCED), Slot::FENCED);
+                assert_ne!(closed, start);
+            }
+        }
     }
 
     /// The heavy barrier from the kernel: `membarrier(2)`'s private expedited command, on Linux
