@@ -92,6 +92,8 @@ pub mod loom_api;
 mod quota;
 mod rate_limiter;
 #[cfg(feature = "std")]
+mod reclaim;
+#[cfg(feature = "std")]
 mod reconfigure;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -39,7 +39,6 @@
 mod cell;
 mod limiter;
 mod log;
-mod reclaim;
 mod sharded;
 #[cfg(all(test, not(atomic_limiter_loom)))]
 mod tests;

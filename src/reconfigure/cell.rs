@@ -4,7 +4,6 @@
 
 use alloc::boxed::Box;
 
-use super::reclaim;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::limiter::Limiter;
@@ -12,6 +11,7 @@ use crate::limiter::algorithm::Carry;
 use crate::limiter::algorithm::Retunable;
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
+use crate::reclaim;
 use crate::sync::{AtomicBool, AtomicPtr, Backoff, Mutex, Ordering};
 use std::sync::PoisonError;
 

@@ -1,5 +1,7 @@
-//! When a replaced cell may be freed: after a grace period, once every check that could have
-//! loaded its pointer has finished.
+//! When memory a check may still be reading can be freed: after a grace period, once every check
+//! that could have loaded a pointer to it has finished. Its users are a reconfigurable limiter's
+//! replaced cell (`reconfigure`) and a keyed table's removed slots and old tables
+//! (`keyed::FlatStore`); "cell" below stands for either.
 //!
 //! # Implementation details
 //!
@@ -39,34 +41,34 @@
 #![allow(unsafe_code)]
 
 #[cfg(not(atomic_limiter_loom))]
-pub(super) use self::grace::{Grace, enter, grace};
+pub(crate) use self::grace::{Grace, enter, grace};
 
 /// A check on a cell, under loom: nothing to mark, since nothing is freed until the limiter is.
 #[cfg(atomic_limiter_loom)]
-pub(super) struct Section;
+pub(crate) struct Section;
 
 /// See the other arm.
 #[cfg(atomic_limiter_loom)]
-pub(super) fn enter() -> Section {
+pub(crate) fn enter() -> Section {
     Section
 }
 
 /// Under loom no grace period is ever taken, so none passes.
 #[cfg(atomic_limiter_loom)]
 #[derive(Debug, Clone)]
-pub(super) struct Grace;
+pub(crate) struct Grace;
 
 #[cfg(atomic_limiter_loom)]
 impl Grace {
     /// Never: the caller keeps what it retired until it is dropped.
-    pub(super) fn passed(&mut self) -> bool {
+    pub(crate) fn passed(&mut self) -> bool {
         false
     }
 }
 
 /// See the other arm: under loom, none.
 #[cfg(atomic_limiter_loom)]
-pub(super) fn grace() -> Option<Grace> {
+pub(crate) fn grace() -> Option<Grace> {
     None
 }
 
@@ -391,14 +393,14 @@ mod grace {
         const REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 
         /// Registers the process for the private expedited command: whether it is available.
-        pub(super) fn register() -> bool {
+        pub(crate) fn register() -> bool {
             // SAFETY: a system call with integer arguments only; it reads and writes no memory
             // of ours. Failure (an old kernel, a seccomp filter) is an error code, handled.
             unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
         }
 
         /// A full barrier on every running thread of the process; `false` if the kernel refused.
-        pub(super) fn barrier() -> bool {
+        pub(crate) fn barrier() -> bool {
             // SAFETY: as in `register`.
             unsafe { libc::syscall(libc::SYS_membarrier, PRIVATE_EXPEDITED, 0, 0) == 0 }
         }
@@ -407,19 +409,19 @@ mod grace {
     /// Elsewhere, no kernel barrier: sections and changes take full fences.
     #[cfg(not(all(target_os = "linux", target_env = "gnu", not(miri))))]
     mod kernel {
-        pub(super) fn register() -> bool {
+        pub(crate) fn register() -> bool {
             false
         }
 
-        pub(super) fn barrier() -> bool {
+        pub(crate) fn barrier() -> bool {
             false
         }
     }
 }
 
 #[cfg(not(atomic_limiter_loom))]
-pub(super) use self::grace::prepare;
+pub(crate) use self::grace::prepare;
 
 /// Under loom there is nothing to prepare.
 #[cfg(atomic_limiter_loom)]
-pub(super) fn prepare() {}
+pub(crate) fn prepare() {}
