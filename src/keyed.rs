@@ -10,12 +10,14 @@
 //! | `evict` | bounded memory: places, and the full buckets evicted at the cap |
 //! | `due` | the eviction index: held keys by when their bucket is full again |
 //! | `admin` | [`KeyCharge`]: a key charged on an estimate and settled; an operator's reset, removal, penalty and block |
-//! | `store` | the store contract ([`KeyedStore`]) and the default store |
+//! | `store` | the store contract ([`KeyedStore`]), and dashmap and papaya as stores |
+//! | `flat` | [`FlatStore`], the default store: slots probed without a lock |
 
 mod admin;
 pub(crate) mod due;
 mod entry;
 mod evict;
+mod flat;
 mod insert;
 #[cfg(feature = "papaya")]
 pub(crate) mod pinned;
@@ -27,12 +29,13 @@ mod tests;
 
 pub use self::admin::KeyCharge;
 pub use self::entry::KeyEntry;
+pub use self::flat::FlatStore;
 #[cfg(feature = "papaya")]
 pub use self::pinned::Pinned;
 pub use self::quotas::QuotaFn;
 #[cfg(feature = "papaya")]
 pub use self::store::LockFreeStore;
-pub use self::store::{Change, KeyedStore, Retired};
+pub use self::store::{Change, KeyedStore, Relocate, Retired};
 pub use self::table::DefaultStore;
 
 /// The hasher `Keyed` uses by default: aHash, keyed randomly per process, fast on short keys and

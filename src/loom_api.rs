@@ -124,6 +124,14 @@ mod with_std {
         keyed.loom_broken_check_key(key)
     }
 
+    /// The default store, or its broken twin whose growth copies entries without retiring them.
+    pub fn flat_store<K, V>(broken: bool) -> crate::keyed::FlatStore<K, V> {
+        // Fixed seeds: a model must place its keys the same way in every run.
+        let hasher = crate::keyed::KeyHasher::with_seeds(1, 2, 3, 4);
+        let store = crate::keyed::FlatStore::with_hasher(hasher);
+        if broken { store.loom_broken() } else { store }
+    }
+
     /// The one-quota fast path without looking whether a change has moved the key.
     pub fn keyed_unchecked_check_key<K, L, M>(keyed: &Keyed<K, L, M>, key: &K) -> Decision
     where

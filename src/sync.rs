@@ -40,11 +40,11 @@ pub(crate) use portable_atomic::AtomicU64 as StaticAtomicU64;
 pub(crate) use loom::sync::atomic::AtomicUsize;
 
 #[cfg(all(not(atomic_limiter_loom), feature = "std"))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, fence};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, fence};
 /// What a reconfigurable limiter's cell protocol uses: the retired flag, the pointer to the live
 /// cell, and the fences that pair the flag with the retiring CAS.
 #[cfg(atomic_limiter_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, fence};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, fence};
 
 /// A spin-then-yield wait for another thread's few instructions: crossbeam's backoff, or under
 /// loom a yield, which loom needs to explore past a spinning thread.
@@ -87,3 +87,30 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 /// one; under loom the sharded limiter numbers no threads).
 #[cfg(all(feature = "std", not(atomic_limiter_loom)))]
 pub(crate) use core::sync::atomic::AtomicUsize as StaticAtomicUsize;
+
+/// A cell written before an atomic publishes it and read after: loom's under the loom cfg, so
+/// that a model sees a read that the publishing store does not order after the write.
+#[cfg(atomic_limiter_loom)]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// See the other arm: `core`'s cell behind loom's interface.
+#[cfg(all(not(atomic_limiter_loom), feature = "std"))]
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(core::cell::UnsafeCell<T>);
+
+#[cfg(all(not(atomic_limiter_loom), feature = "std"))]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(value: T) -> UnsafeCell<T> {
+        UnsafeCell(core::cell::UnsafeCell::new(value))
+    }
+
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}

@@ -1,13 +1,13 @@
-//! Keyed limiters on dashmap (the default store): bounded memory under
-//! floods, eviction that never over-admits, racing inserts.
+//! Keyed limiters on the default store (`FlatStore`): bounded memory under floods, eviction that
+//! never over-admits, racing inserts. `keyed_dashmap.rs` runs the same tests on dashmap.
 
-use dashmap::DashMap;
+use atomic_limiter::keyed::FlatStore;
 
 /// The store these tests run on.
-type Store<K, V> = DashMap<K, V, KeyHasher>;
+type Store<K, V> = FlatStore<K, V, KeyHasher>;
 
 fn store<K: std::hash::Hash + Eq + Clone, V>() -> Store<K, V> {
-    DashMap::with_hasher(KeyHasher::new())
+    FlatStore::with_hasher(KeyHasher::new())
 }
 
 include!("keyed_body/mod.rs");

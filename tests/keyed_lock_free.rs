@@ -1,5 +1,5 @@
-//! Keyed limiters on the lock-free store: every test `tests/keyed.rs` runs on dashmap, with checks
-//! that run beside the changes that retire their entries.
+//! Keyed limiters on the lock-free store: every test `tests/keyed.rs` runs on the default store,
+//! here with checks that run beside the changes that retire their entries.
 
 use atomic_limiter::keyed::LockFreeStore;
 

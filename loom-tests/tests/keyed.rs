@@ -453,3 +453,46 @@ fn model_19_a_penalty_racing_a_move_is_kept() {
 fn model_19_broken_twin_is_caught() {
     a_penalty_racing_a_move_is_kept(true);
 }
+
+/// Model 20: a check racing the default store's growth. Keys 1 to 3 fill the smallest table
+/// (four slots under loom); key 1, burst 2, has spent one token. One thread checks key 1 while
+/// another inserts key 4, which copies every entry to a larger table. The check lands on the old
+/// entry before the copy retires it (and the copy carries the admission), or finds it retired and
+/// looks again in the new table: either way key 1 is empty after both, and a check is refused.
+/// The broken twin copies the entries without retiring them: an admission made on the old entry
+/// after its copy is lost, and the last check admitted.
+fn a_check_racing_growth_is_kept(broken: bool) {
+    loom::model(move || {
+        let clock = ManualClock::new();
+        let keyed = Arc::new(Keyed::with_store(
+            loom_api::flat_store(broken),
+            16,
+            KeyQuotas::Every(atomic_limiter::Quota::per_second(1).with_burst(2)),
+            move |q| Gcra::with_clock(q, clock.clone()),
+        ));
+        for key in 1..=3u32 {
+            assert!(keyed.check_key(&key).is_allowed());
+        }
+        let grow = {
+            let keyed = keyed.clone();
+            thread::spawn(move || assert!(keyed.check_key(&4).is_allowed()))
+        };
+        assert!(keyed.check_key(&1).is_allowed());
+        grow.join().unwrap();
+        assert!(
+            !keyed.check_key(&1).is_allowed(),
+            "a burst of 2, both spent"
+        );
+    });
+}
+
+#[test]
+fn model_20_a_check_racing_growth_is_kept() {
+    a_check_racing_growth_is_kept(false);
+}
+
+#[test]
+#[should_panic(expected = "a burst of 2, both spent")]
+fn model_20_broken_twin_is_caught() {
+    a_check_racing_growth_is_kept(true);
+}

@@ -1,7 +1,8 @@
 //! [`KeyEntry`]: one key's state word and the limiter it is checked with.
 
-use super::store::Retired;
+use super::store::{Relocate, Retired};
 use crate::limiter::shared::KeyedLimiter;
+use crate::state_cell::StateCell;
 
 use crate::decision::Decision;
 use crate::limiter::algorithm::Carry;
@@ -87,6 +88,23 @@ impl<L: KeyedLimiter> KeyEntry<L> {
     /// Nanoseconds until the bucket is full again, as a peek answers now (nothing is taken).
     pub(super) fn reset_ns(&self) -> u64 {
         duration_ns(self.limiter.check_state(&self.state, 0).reset_after())
+    }
+}
+
+impl<L: KeyedLimiter> Relocate for KeyEntry<L> {
+    fn relocate(&self, retired: &Retired) -> Self {
+        KeyEntry {
+            state: KeyState(StateCell::new(retire_word(&self.state.0, retired.flag()))),
+            limiter: self.limiter.clone(),
+        }
+    }
+
+    #[cfg(atomic_limiter_loom)]
+    fn loom_copy_in_use(&self) -> Self {
+        KeyEntry {
+            state: KeyState(StateCell::new(self.state.0.update(Step::Keep))),
+            limiter: self.limiter.clone(),
+        }
     }
 }
 

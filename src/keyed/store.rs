@@ -118,6 +118,23 @@ impl Retired {
     }
 }
 
+/// A value that a store may move while checks run on it, as [`FlatStore`](crate::keyed::FlatStore)
+/// does when it grows or packs its table: the copy takes the value's state as it stands once the
+/// original is retired, so that no admission made on the original is lost and none is made on it
+/// after.
+pub trait Relocate {
+    /// Retires this value (its flag `retired` set and its state word changed, so that a check
+    /// that read the word before fails, and every check after looks the key up again) and
+    /// returns a copy that carries its last state.
+    fn relocate(&self, retired: &Retired) -> Self;
+
+    /// For the loom models' teeth: a copy of the value's state as it stands, the original left
+    /// in use (a check on it after the copy is lost to the copy).
+    #[cfg(atomic_limiter_loom)]
+    #[doc(hidden)]
+    fn loom_copy_in_use(&self) -> Self;
+}
+
 impl<K: Eq + Hash + Clone, V, S: BuildHasher + Clone> KeyedStore<K, V> for DashMap<K, V, S> {
     #[inline(always)]
     fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>

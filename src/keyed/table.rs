@@ -28,18 +28,15 @@ use crate::wait::Wait;
 use crate::wait::WaitError;
 
 /// The store a [`Keyed`] table keeps its keys in unless it is given another
-/// ([`Keyed::with_store`]): a [`DashMap`], whose lookups take a shard's read lock. In `compare`
-/// it is as fast as the lock-free store at one key and about twice as fast over 100 000 keys
-/// (where an entry read from its own allocation, as the lock-free store's are, costs one more
-/// cache miss), and it takes the least memory a key. The lock-free store
-/// (`keyed::LockFreeStore`, the `papaya` feature) writes nothing other threads read on a lookup:
-/// it is the one to measure on many cores with threads on distinct keys, and its `keyed::Pinned`
-/// handle is the fastest for a batch of checks on a few keys.
-pub type DefaultStore<K, V> = DashMap<K, V, KeyHasher>;
+/// ([`Keyed::with_store`]): a [`FlatStore`](super::FlatStore), whose lookups probe slots that
+/// hold each key and its entry in place, with no lock. A [`DashMap`] (lookups under a shard's
+/// read lock) and, with the `papaya` feature, `keyed::LockFreeStore` are the others; `compare`
+/// measures all three.
+pub type DefaultStore<K, V> = super::FlatStore<K, V, KeyHasher>;
 
 /// An empty default store.
-fn default_store<K: Hash + Eq, V>() -> DefaultStore<K, V> {
-    DashMap::with_hasher(KeyHasher::new())
+fn default_store<K, V>() -> DefaultStore<K, V> {
+    super::FlatStore::with_hasher(KeyHasher::new())
 }
 
 /// [`Keyed::check_key`]'s answer for one token.

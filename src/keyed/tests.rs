@@ -113,3 +113,83 @@ fn a_quota_function_may_change_its_own_table() {
     assert!(new_key);
     assert_eq!(left, 0, "key 5 took one token and one penalty of its 2");
 }
+
+/// The default store under a reader: one thread looks keys up (and checks them) while another
+/// inserts `String` keys past two growths, removes and replaces some, and shrinks the table.
+/// Small enough for Miri, which checks every read of a slot against the writes and frees of the
+/// other thread.
+#[test]
+fn the_flat_store_reads_beside_growth_removal_and_frees() {
+    use super::{Change, FlatStore, KeyEntry, KeyHasher, KeyedStore};
+    use alloc::string::{String, ToString};
+    let clock = ManualClock::new();
+    let limiter = Arc::new(Gcra::with_clock(
+        Quota::per_second(1).with_burst(1000),
+        clock,
+    ));
+    let entry = || KeyEntry {
+        state: crate::limiter::shared::engine::KeyedEngine::fresh_state(&*limiter),
+        limiter: limiter.clone(),
+    };
+    let store: Arc<FlatStore<String, KeyEntry<Gcra<ManualClock>>>> =
+        Arc::new(FlatStore::with_hasher(KeyHasher::new()));
+    store.with_inserted("held".to_string(), entry, |_, _| ());
+    let done = Arc::new(core::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (store, done) = (store.clone(), done.clone());
+        std::thread::spawn(move || {
+            // Admissions of the key held throughout (moved by each growth).
+            let mut admitted = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                for key in ["held", "k3", "k40"] {
+                    let seen = store.with_existing(key, |e, retired| e.check(1, retired));
+                    if let Some(Some(Ok(d))) = seen {
+                        admitted += u64::from(key == "held" && d.is_allowed());
+                    }
+                }
+            }
+            admitted
+        })
+    };
+    for i in 0..60 {
+        store.with_inserted(alloc::format!("k{i}"), entry, |_, _| ());
+    }
+    for i in (0..60).step_by(2) {
+        let key = alloc::format!("k{i}");
+        assert!(
+            store
+                .change(&key, |e, r| (Change::Remove, e.retire(r)))
+                .is_some()
+        );
+    }
+    for i in (1..60).step_by(4) {
+        let key = alloc::format!("k{i}");
+        let replaced = store.change(&key, |e, r| {
+            let word = e.retire(r);
+            let moved = KeyEntry {
+                state: crate::limiter::shared::engine::KeyState(crate::state_cell::StateCell::new(
+                    word,
+                )),
+                limiter: e.limiter.clone(),
+            };
+            (Change::Replace(moved), ())
+        });
+        assert!(replaced.is_some());
+    }
+    store.shrink_to_fit();
+    done.store(true, Ordering::Relaxed);
+    let admitted = reader.join().unwrap();
+    let mut held = store.keys();
+    held.sort();
+    assert_eq!(held.len(), 31, "{held:?}");
+    assert!(held.contains(&"held".to_string()) && !held.contains(&"k40".to_string()));
+    let left = store
+        .with_existing("held", |e, _| e.check(0, None))
+        .and_then(|d| d?.ok())
+        .map(|d| d.remaining());
+    assert_eq!(
+        left.map(|l| l + admitted),
+        Some(1000),
+        "{admitted} admitted"
+    );
+}

@@ -1,5 +1,5 @@
-// The tests of `Keyed`, run on each store: `tests/keyed.rs` on dashmap, `tests/keyed_lock_free.rs`
-// on the lock-free store. The including file names the store (`Store`, `store()`).
+// The tests of `Keyed`, run on each store: `tests/keyed.rs` on the default store (`FlatStore`),
+// `tests/keyed_dashmap.rs` on dashmap, `tests/keyed_lock_free.rs` on the lock-free store. The including file names the store (`Store`, `store()`).
 
 use atomic_limiter::keyed::{Change, KeyEntry, KeyHasher, KeyedStore, Retired};
 use atomic_limiter::{

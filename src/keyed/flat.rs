@@ -1,0 +1,602 @@
+//! [`FlatStore`]: the default store. One open-addressed table whose slots hold each key, its value
+//! and its retired flag in place, so that a lookup is a probe of adjacent slots: no lock, no
+//! pointer to follow, and nothing written that another thread reads.
+//!
+//! # Implementation details
+//!
+//! A slot's tag says what the slot holds:
+//!
+//! | tag | meaning | key and value |
+//! |---|---|---|
+//! | [`EMPTY`] (0) | never taken in this table; ends a probe | not there |
+//! | [`DEAD`] (1) | removed or moved away; a check may still be reading it | still there |
+//! | [`FREED`] (2) | removed, and every check that could read it has ended | dropped; the slot may be taken again |
+//! | [`LIVE`] `\|` the key's hash (bit 63 set) | the key's | there |
+//!
+//! Lookups read only the tag (`Acquire`), then the key and the value the tag published. Every
+//! change runs under the writer's lock:
+//!
+//! - an insertion writes the key, the value and a cleared flag into an `EMPTY` or `FREED` slot
+//!   on the key's probe path, then publishes the tag (`Release`);
+//! - a removal (or a replacement, which removes and inserts) retires the value through the
+//!   caller's `f` ([`KeyedStore::change`]), marks the slot `DEAD`, and drops its key and value
+//!   only after a grace period ([`crate::reclaim`]): once every check section open when it was
+//!   marked has ended, it marks the slot `FREED`;
+//! - when the slots ever taken would pass three quarters of the table, the live entries are
+//!   copied to a new table (each [relocated](Relocate): retired, then copied with its last
+//!   state), the new table is published (`Release`), and the old one is freed after a grace
+//!   period. A check that finds its entry retired looks the key up again and finds the copy.
+//!
+//! A probe ends at an `EMPTY` slot, and at least a quarter of every table is `EMPTY`, so every
+//! probe ends. A key is never in two `LIVE` slots of the table a lookup reads: a replacement marks
+//! the old slot `DEAD` before it publishes the new one.
+#![allow(unsafe_code)]
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::borrow::Borrow;
+use core::hash::{BuildHasher, Hash};
+use core::marker::PhantomData;
+use core::mem::{MaybeUninit, take};
+
+use super::KeyHasher;
+use super::store::{Change, KeyedStore, Relocate, Retired};
+use crate::reclaim::{self, Grace};
+use crate::sync::{AtomicPtr, AtomicU32, Mutex, MutexGuard, Ordering, UnsafeCell};
+
+/// A slot never taken in its table.
+const EMPTY: u32 = 0;
+/// A slot whose key was removed or moved away; its key and value stay until a grace period ends.
+const DEAD: u32 = 1;
+/// A removed slot whose key and value were dropped; it may be taken again.
+const FREED: u32 = 2;
+/// The bit of a live slot's tag; the other 31 bits are the top of the key's hash (its low bits
+/// place it), so that a probe compares keys only when 31 more bits agree.
+const LIVE: u32 = 1 << 31;
+/// Removed slots noted by one grace period: one system call covers this many removals.
+const BATCH: usize = 32;
+/// The smallest table (under loom, small enough that a model grows it after three keys).
+#[cfg(not(atomic_limiter_loom))]
+const MIN_SLOTS: usize = 16;
+/// See the other arm.
+#[cfg(atomic_limiter_loom)]
+const MIN_SLOTS: usize = 4;
+
+/// The tag of a live slot holding a key of hash `hash`.
+#[inline(always)]
+fn live_tag(hash: u64) -> u32 {
+    (hash >> 32) as u32 | LIVE
+}
+
+/// The default [`KeyedStore`]: an open-addressed table of slots holding each key, its value and
+/// its [`Retired`] flag in place. A lookup hashes the key and reads adjacent slots until it
+/// finds the key or an empty slot: it takes no lock, follows no pointer to the value, and writes
+/// only its own thread's mark (which a change reads to know when memory it unlinked may be
+/// freed). Changes (new keys, removals, quota changes) take the store's lock, as they take the
+/// table's index lock anyway.
+///
+/// It grows by copying the live entries to a table twice the size when the slots ever taken
+/// would pass three quarters of the table (a new key's latency, once per doubling), and a
+/// removed key's memory is freed in batches once no check can still be reading it. A table holds
+/// at most 8/3 slots per live key, each slot the key, the entry (16 bytes) and a tag.
+///
+/// ```
+/// use atomic_limiter::keyed::{FlatStore, KeyHasher};
+/// use atomic_limiter::{Gcra, KeyQuotas, Keyed, ManualClock, Quota};
+///
+/// let clock = ManualClock::new();
+/// let keyed = Keyed::with_store(
+///     FlatStore::with_hasher(KeyHasher::new()),
+///     100_000,
+///     KeyQuotas::Every(Quota::per_second(5)),
+///     move |q| Gcra::with_clock(q, clock.clone()),
+/// );
+/// assert_eq!((0..10).filter(|_| keyed.check_key(&"10.0.0.7").is_allowed()).count(), 5);
+/// ```
+pub struct FlatStore<K, V, S = KeyHasher> {
+    /// The table lookups read; replaced only under `writer`.
+    table: AtomicPtr<Table<K, V>>,
+    writer: Mutex<Writer<K, V>>,
+    hasher: S,
+    /// For the loom models' teeth: growth copies entries without retiring them.
+    #[cfg(atomic_limiter_loom)]
+    broken: bool,
+    /// The slots' cells make the store `!Sync` unless `K` and `V` allow it (below).
+    _slots: PhantomData<Table<K, V>>,
+}
+
+// SAFETY: keys and values are shared between threads (read by lookups on any thread, written
+// under the writer's lock, dropped by whichever thread frees them): `Send + Sync` for both suffice,
+// as for a `Mutex<HashMap<K, V>>` read through shared references.
+unsafe impl<K: Send + Sync, V: Send + Sync, S: Send + Sync> Sync for FlatStore<K, V, S> {}
+// SAFETY: as above.
+unsafe impl<K: Send + Sync, V: Send + Sync, S: Send> Send for FlatStore<K, V, S> {}
+
+/// What only changes touch, under the store's lock.
+struct Writer<K, V> {
+    /// Live slots in the current table.
+    live: usize,
+    /// Slots of the current table not `EMPTY`.
+    taken: usize,
+    /// Slots of the current table marked `DEAD` and not yet noted by a grace period.
+    removed: Vec<usize>,
+    /// Slots of the current table marked `DEAD`, freed once their grace period has passed.
+    waiting: Vec<(Vec<usize>, Option<Grace>)>,
+    /// Tables no longer published, freed once their grace period has passed.
+    old: Vec<(*mut Table<K, V>, Option<Grace>)>,
+}
+
+/// One table: a power-of-two number of slots.
+struct Table<K, V> {
+    slots: Box<[Slot<K, V>]>,
+    /// The table a growth is copying this one's entries to, once it has begun: a lookup that
+    /// finds its entry here retired looks for the copy there, instead of waiting for the whole
+    /// copy to be published.
+    next: AtomicPtr<Table<K, V>>,
+}
+
+/// One key's place. Aligned so that a slot of a `u64` key and its entry (32 bytes) never
+/// straddles two cache lines.
+#[repr(align(32))]
+struct Slot<K, V> {
+    tag: AtomicU32,
+    key: UnsafeCell<MaybeUninit<K>>,
+    value: UnsafeCell<MaybeUninit<V>>,
+    retired: Retired,
+}
+
+impl<K, V> Slot<K, V> {
+    fn empty() -> Slot<K, V> {
+        Slot {
+            tag: AtomicU32::new(EMPTY),
+            key: UnsafeCell::new(MaybeUninit::uninit()),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+            retired: Retired::new(),
+        }
+    }
+
+    /// The key.
+    ///
+    /// # Safety
+    ///
+    /// The slot's tag was read `LIVE` or `DEAD` (with `Acquire`, or under the writer's lock),
+    /// and the slot is not freed before the reference is dropped: the caller is in a check
+    /// section opened before it read the table's pointer, or holds the writer's lock.
+    #[inline(always)]
+    unsafe fn key(&self) -> &K {
+        // SAFETY: written before the tag was published, dropped only after a grace period that
+        // the caller's section or lock holds off.
+        self.key.with(|k| unsafe { (*k).assume_init_ref() })
+    }
+
+    /// The value, as [`Slot::key`].
+    ///
+    /// # Safety
+    ///
+    /// As [`Slot::key`].
+    #[inline(always)]
+    unsafe fn value(&self) -> &V {
+        // SAFETY: as in `key`.
+        self.value.with(|v| unsafe { (*v).assume_init_ref() })
+    }
+
+    /// Writes a key and a value into a slot no lookup reads, and publishes them under `tag`.
+    ///
+    /// # Safety
+    ///
+    /// The slot is `EMPTY` or `FREED`, the caller holds the writer's lock (or owns a table not
+    /// yet published), and no reference to its old key or value is alive.
+    unsafe fn fill(&self, tag: u32, key: K, value: V) {
+        // SAFETY: no lookup reads the cells of an `EMPTY` or `FREED` slot, and no other writer
+        // runs: these writes race with nothing.
+        self.key.with_mut(|k| unsafe { (*k).write(key) });
+        self.value.with_mut(|v| unsafe { (*v).write(value) });
+        // Relaxed: published with the tag below.
+        self.retired.flag().store(false, Ordering::Relaxed);
+        // Release: the key, the value and the cleared flag before the tag that makes lookups read
+        // them.
+        self.tag.store(tag, Ordering::Release);
+    }
+
+    /// Drops the key and the value of a slot that holds them.
+    ///
+    /// # Safety
+    ///
+    /// The slot is `LIVE` or `DEAD`, and nothing can read it any more (its grace period passed,
+    /// or its table is being freed).
+    unsafe fn drop_contents(&self) {
+        // SAFETY: initialised (the tag says so) and unreachable (the caller says so).
+        self.key.with_mut(|k| unsafe { (*k).assume_init_drop() });
+        // SAFETY: as above.
+        self.value.with_mut(|v| unsafe { (*v).assume_init_drop() });
+    }
+}
+
+impl<K, V> Table<K, V> {
+    fn with_slots(slots: usize) -> *mut Table<K, V> {
+        debug_assert!(slots.is_power_of_two());
+        let slots = (0..slots).map(|_| Slot::empty()).collect();
+        Box::into_raw(Box::new(Table {
+            slots,
+            next: AtomicPtr::new(core::ptr::null_mut()),
+        }))
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    /// The slot at `i`, taken modulo the table's size.
+    #[inline(always)]
+    fn at(&self, i: usize) -> &Slot<K, V> {
+        // SAFETY: masked to the table's power-of-two size.
+        unsafe { self.slots.get_unchecked(i & self.mask()) }
+    }
+
+    /// The index of `key`'s live slot, if it has one.
+    #[inline(always)]
+    fn find<Q>(&self, hash: u64, key: &Q) -> Option<usize>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        let want = live_tag(hash);
+        // Truncated on 32-bit targets: an index needs only the low bits.
+        let mut i = hash as usize & self.mask();
+        // Every probe ends at an `EMPTY` slot: at least an eighth of every table is.
+        loop {
+            // SAFETY: masked to the table's power-of-two size.
+            let slot = unsafe { self.slots.get_unchecked(i) };
+            // Acquire: pairs with the Release that published the slot: its key and value.
+            let tag = slot.tag.load(Ordering::Acquire);
+            // SAFETY: the tag was read live with Acquire; the caller keeps the table alive.
+            if tag == want && unsafe { slot.key() }.borrow() == key {
+                return Some(i);
+            }
+            if tag == EMPTY {
+                return None;
+            }
+            i = (i + 1) & self.mask();
+        }
+    }
+
+    /// The first slot on `hash`'s probe path that an insertion may take (`EMPTY` or `FREED`),
+    /// and whether it was `EMPTY`. Called under the writer's lock, on a table with an `EMPTY`
+    /// slot.
+    fn vacancy(&self, hash: u64) -> (usize, bool) {
+        let mut i = hash as usize;
+        loop {
+            // Relaxed: only writers change a tag to `EMPTY` or `FREED`, under the lock held here.
+            match self.at(i).tag.load(Ordering::Relaxed) {
+                EMPTY => return (i & self.mask(), true),
+                FREED => return (i & self.mask(), false),
+                _ => i = i.wrapping_add(1),
+            }
+        }
+    }
+}
+
+impl<K, V> Drop for Table<K, V> {
+    fn drop(&mut self) {
+        for slot in self.slots.iter() {
+            // Relaxed: the table is unreachable; its last writer synchronised with this thread.
+            let tag = slot.tag.load(Ordering::Relaxed);
+            if tag == DEAD || tag & LIVE != 0 {
+                // SAFETY: `LIVE` or `DEAD`, and the table is being freed.
+                unsafe { slot.drop_contents() };
+            }
+        }
+    }
+}
+
+/// Whether `grace` has passed, taking one now if none was taken yet (the kernel refused its
+/// barrier earlier): nothing is freed on a grace period not yet taken.
+fn passed(grace: &mut Option<Grace>) -> bool {
+    match grace {
+        Some(grace) => grace.passed(),
+        None => {
+            *grace = reclaim::grace();
+            false
+        }
+    }
+}
+
+impl<K, V, S> FlatStore<K, V, S> {
+    /// An empty store hashing with `hasher`.
+    pub fn with_hasher(hasher: S) -> Self {
+        // Decided before the first check: which fence the check sections take.
+        reclaim::prepare();
+        FlatStore {
+            table: AtomicPtr::new(Table::with_slots(MIN_SLOTS)),
+            writer: Mutex::new(Writer {
+                live: 0,
+                taken: 0,
+                removed: Vec::new(),
+                waiting: Vec::new(),
+                old: Vec::new(),
+            }),
+            hasher,
+            #[cfg(atomic_limiter_loom)]
+            broken: false,
+            _slots: PhantomData,
+        }
+    }
+
+    /// For the loom models' teeth: a store whose growth copies entries without retiring them, so
+    /// that a check on an entry after its copy was made is lost.
+    #[cfg(atomic_limiter_loom)]
+    pub(crate) fn loom_broken(mut self) -> Self {
+        self.broken = true;
+        self
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Writer<K, V>> {
+        // A panic under the lock leaves every table whole: each change publishes last.
+        self.writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The current table, for a writer.
+    fn current(&self, _w: &Writer<K, V>) -> &Table<K, V> {
+        // Relaxed: only writers store the pointer, under the lock the caller holds.
+        let table = self.table.load(Ordering::Relaxed);
+        // SAFETY: the current table is freed only after it is replaced, under the same lock.
+        unsafe { &*table }
+    }
+
+    /// Frees what no check can read any more: removed slots and old tables whose grace period
+    /// has passed. Takes a grace period for the removed slots once a batch has gathered, or at
+    /// once if `now`.
+    fn tidy(&self, w: &mut Writer<K, V>, now: bool) {
+        if w.removed.len() >= BATCH || (now && !w.removed.is_empty()) {
+            let removed = take(&mut w.removed);
+            w.waiting.push((removed, reclaim::grace()));
+        }
+        let table = self.current(w);
+        w.waiting.retain_mut(|(slots, grace)| {
+            if !passed(grace) {
+                return true;
+            }
+            for &i in slots.iter() {
+                let slot = table.at(i);
+                // SAFETY: `DEAD` (marked so when it was pushed; only a rebuild, which empties
+                // this list, changes it since) and its grace period has passed.
+                unsafe { slot.drop_contents() };
+                // Relaxed: no lookup reads a `FREED` slot's cells; the insertion that takes it
+                // again publishes with Release.
+                slot.tag.store(FREED, Ordering::Relaxed);
+            }
+            false
+        });
+        w.old.retain_mut(|(table, grace)| {
+            if !passed(grace) {
+                return true;
+            }
+            // SAFETY: unpublished, its grace period passed: no lookup can reach it.
+            drop(unsafe { Box::from_raw(*table) });
+            false
+        });
+    }
+}
+
+impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> FlatStore<K, V, S> {
+    /// Copies the live entries to the smallest table that holds `live` keys in three quarters of
+    /// its slots, publishes it, and leaves the old one to be freed after a grace period.
+    fn rebuild(&self, w: &mut Writer<K, V>, live: usize) {
+        let old_ptr = self.table.load(Ordering::Relaxed);
+        let old = self.current(w);
+        let slots = (live / 3)
+            .saturating_mul(4)
+            .saturating_add(4)
+            .max(MIN_SLOTS)
+            .checked_next_power_of_two()
+            .unwrap_or(usize::MAX / 2 + 1);
+        let next = Table::with_slots(slots);
+        // SAFETY: freed only after it is unpublished, by a later growth under this lock.
+        let new = unsafe { &*next };
+        // Release: the new table's empty slots before a lookup that reads the pointer can probe
+        // them; each copy is published by its own tag.
+        old.next.store(next, Ordering::Release);
+        let mut copied = 0;
+        for slot in old.slots.iter() {
+            // Relaxed: under the writer's lock, which every tag change holds.
+            let tag = slot.tag.load(Ordering::Relaxed);
+            if tag & LIVE == 0 {
+                continue;
+            }
+            // SAFETY: live, under the writer's lock.
+            let (key, value) = unsafe { (slot.key(), slot.value()) };
+            let (i, _) = new.vacancy(self.hash(key));
+            #[cfg(not(atomic_limiter_loom))]
+            let moved = value.relocate(&slot.retired);
+            #[cfg(atomic_limiter_loom)]
+            let moved = if self.broken {
+                value.loom_copy_in_use()
+            } else {
+                value.relocate(&slot.retired)
+            };
+            // SAFETY: an `EMPTY` slot, under the writer's lock: lookups through `old.next` read
+            // it only once its tag is published.
+            unsafe { new.at(i).fill(tag, key.clone(), moved) };
+            copied += 1;
+        }
+        // Release: the new table's slots before the pointer that makes lookups read them.
+        self.table.store(next, Ordering::Release);
+        // The old table's removed slots go with it.
+        w.removed.clear();
+        w.waiting.clear();
+        w.old.push((old_ptr, reclaim::grace()));
+        w.live = copied;
+        w.taken = copied;
+    }
+
+    /// Inserts `key` (absent) with `value` under the writer's lock; the slot it took.
+    fn insert(&self, w: &mut Writer<K, V>, hash: u64, key: K, value: V) -> &Slot<K, V> {
+        self.tidy(w, false);
+        let table = self.current(w);
+        // Keep an eighth of the table `EMPTY`, so that every probe ends soon.
+        if (w.taken + 1) * 8 > table.slots.len() * 7 {
+            self.rebuild(w, w.live + 1);
+        }
+        let table = self.current(w);
+        let (i, empty) = table.vacancy(hash);
+        let slot = table.at(i);
+        // SAFETY: `EMPTY` or `FREED`, under the writer's lock; a `FREED` slot's grace passed.
+        unsafe { slot.fill(live_tag(hash), key, value) };
+        w.live += 1;
+        w.taken += usize::from(empty);
+        slot
+    }
+
+    /// Marks the live slot `i` of the current table `DEAD`, its key and value to be dropped
+    /// after a grace period.
+    fn remove_at(&self, w: &mut Writer<K, V>, i: usize) {
+        // Relaxed: a lookup that reads `DEAD` reads nothing more of the slot; one that read the
+        // tag before reads the value retired (`KeyedStore::change`).
+        self.current(w).at(i).tag.store(DEAD, Ordering::Relaxed);
+        w.live -= 1;
+        w.removed.push(i);
+    }
+
+    #[inline(always)]
+    fn hash<Q: Hash + ?Sized>(&self, key: &Q) -> u64 {
+        self.hasher.hash_one(key)
+    }
+}
+
+impl<K, V, S> Drop for FlatStore<K, V, S> {
+    fn drop(&mut self) {
+        let w = self
+            .writer
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (table, _) in w.old.drain(..) {
+            // SAFETY: no lookup runs on a store being dropped.
+            drop(unsafe { Box::from_raw(table) });
+        }
+        // Relaxed: exclusive access.
+        let table = self.table.load(Ordering::Relaxed);
+        // SAFETY: as above; the slots `DEAD` in `removed` and `waiting` are dropped with it.
+        drop(unsafe { Box::from_raw(table) });
+    }
+}
+
+impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> KeyedStore<K, V> for FlatStore<K, V, S> {
+    #[inline(always)]
+    fn with_existing<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let hash = self.hash(key);
+        // Opened before the table's pointer is read: a table or slot unlinked after this is
+        // freed only once the section has closed.
+        let _section = reclaim::enter();
+        // Acquire: pairs with the Release that published the table: its slots as filled.
+        // SAFETY: a table is freed only after a grace period that this open section holds off.
+        let mut table = unsafe { &*self.table.load(Ordering::Acquire) };
+        let mut slot = table.at(table.find(hash, key)?);
+        // Relaxed: a hint, as in `fill`'s readers: what decides is the check's own reading of
+        // the flag, ordered by the entry's state word.
+        while slot.retired.flag().load(Ordering::Relaxed) {
+            // A growth is copying the table: the copy, if made yet. Acquire: pairs with the
+            // Release that set the pointer (the new table's empty slots).
+            let next = table.next.load(Ordering::Acquire);
+            if next.is_null() {
+                break;
+            }
+            // SAFETY: a table a growth copies to is published before the old one is unlinked,
+            // and freed only after a grace period that this section holds off.
+            table = unsafe { &*next };
+            match table.find(hash, key) {
+                Some(i) => slot = table.at(i),
+                // Not copied yet: the check finds the old entry retired and looks again.
+                None => break,
+            }
+        }
+        // SAFETY: found live; the section keeps the slot's contents until it closes.
+        Some(f(unsafe { slot.value() }, Some(&slot.retired)))
+    }
+
+    fn with_inserted<R>(
+        &self,
+        key: K,
+        make: impl FnOnce() -> V,
+        f: impl FnOnce(&V, Option<&Retired>) -> R,
+    ) -> (R, bool) {
+        let hash = self.hash(&key);
+        let mut w = self.lock();
+        let table = self.current(&w);
+        if let Some(i) = table.find(hash, &key) {
+            let slot = table.at(i);
+            // SAFETY: live, under the writer's lock (nothing is freed while it is held).
+            return (f(unsafe { slot.value() }, Some(&slot.retired)), false);
+        }
+        let slot = self.insert(&mut w, hash, key, make());
+        // SAFETY: just filled, under the writer's lock.
+        (f(unsafe { slot.value() }, Some(&slot.retired)), true)
+    }
+
+    fn change<R>(
+        &self,
+        key: &K,
+        f: impl FnOnce(&V, Option<&Retired>) -> (Change<V>, R),
+    ) -> Option<R> {
+        let hash = self.hash(key);
+        let mut w = self.lock();
+        let table = self.current(&w);
+        let i = table.find(hash, key)?;
+        let slot = table.at(i);
+        // SAFETY: live, under the writer's lock.
+        let (change, answer) = f(unsafe { slot.value() }, Some(&slot.retired));
+        match change {
+            Change::Keep => {}
+            Change::Replace(value) => {
+                // `f` retired the old value. Marked dead before the new slot is published, so
+                // that no lookup finds the key twice.
+                self.remove_at(&mut w, i);
+                self.insert(&mut w, hash, key.clone(), value);
+            }
+            Change::Remove => {
+                self.remove_at(&mut w, i);
+                self.tidy(&mut w, false);
+            }
+        }
+        Some(answer)
+    }
+
+    fn keys(&self) -> Vec<K> {
+        let w = self.lock();
+        let table = self.current(&w);
+        table
+            .slots
+            .iter()
+            // Relaxed: under the writer's lock, which every tag change holds.
+            .filter(|s| s.tag.load(Ordering::Relaxed) & LIVE != 0)
+            // SAFETY: live, under the writer's lock.
+            .map(|s| unsafe { s.key() }.clone())
+            .collect()
+    }
+
+    fn shrink_to_fit(&self) {
+        let mut w = self.lock();
+        let slots = self.current(&w).slots.len();
+        if slots > MIN_SLOTS && w.live * 8 < slots {
+            let live = w.live;
+            self.rebuild(&mut w, live);
+        }
+        self.tidy(&mut w, true);
+    }
+}
+
+impl<K, V, S> core::fmt::Debug for FlatStore<K, V, S> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let w = self.lock();
+        f.debug_struct("FlatStore")
+            .field("len", &w.live)
+            .field("slots", &self.current(&w).slots.len())
+            .finish_non_exhaustive()
+    }
+}
