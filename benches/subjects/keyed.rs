@@ -122,6 +122,7 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     // The default store (dashmap), and the lock-free one.
     let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 24);
     let ours_coarse = atomic_limiter::Keyed::gcra_with_clock(q, 1 << 24, coarse());
+    let dash = dashmap_table(q, QuantaClock::new());
     let free = lock_free_table(q, QuantaClock::new());
     let free_coarse = lock_free_table(q, coarse());
     let clock = QuantaClock::new();
@@ -150,6 +151,12 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
         keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
             black_box(&ours).check_key(k).is_allowed()
         }),
+        keyed_loop(
+            "Keyed<u64, Gcra>, dashmap store",
+            Kind::Ours,
+            keys,
+            move |k| black_box(&dash).check_key(k).is_allowed(),
+        ),
         keyed_loop(
             "Keyed<u64, Gcra>, lock-free store",
             Kind::Ours,
@@ -276,6 +283,30 @@ fn probe_floor(name: &'static str, keys: u64) -> Subject {
             i = (i + 1) & mask;
         }
     })
+}
+
+/// A table of GCRA per key on `clock` in dashmap.
+type DashTable<C> = atomic_limiter::Keyed<
+    u64,
+    Gcra<C>,
+    dashmap::DashMap<
+        u64,
+        atomic_limiter::keyed::KeyEntry<Gcra<C>>,
+        atomic_limiter::keyed::KeyHasher,
+    >,
+>;
+
+/// GCRA per key on `clock`, on dashmap, whose lookups take a shard's read lock.
+fn dashmap_table<C: atomic_limiter::Clock + Clone + Send + Sync + 'static>(
+    q: Quota,
+    clock: C,
+) -> DashTable<C> {
+    atomic_limiter::Keyed::with_store(
+        dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new()),
+        1 << 24,
+        atomic_limiter::KeyQuotas::Every(q),
+        move |q| Gcra::with_clock(q, clock.clone()),
+    )
 }
 
 /// GCRA per key on `clock`, on the keyed store whose lookups take no lock.
