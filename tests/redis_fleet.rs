@@ -36,6 +36,7 @@ struct Call {
     by: DecidedBy,
     allowed: bool,
     subject: usize,
+    retry: Duration,
 }
 
 /// `CALLERS` tasks checking `subjects` in turn until `stop` (at most 60 s, 200 000 checks each),
@@ -66,6 +67,7 @@ fn load(
                         by: d.decided_by(),
                         allowed: d.is_allowed(),
                         subject,
+                        retry: d.retry_after(),
                     });
                     i += CALLERS;
                     if calls.len() % 4 == 0 {
@@ -251,12 +253,40 @@ fn one_shard_fails_over(test: &str, fault: Fault, coverage: Coverage) {
             }
         }
     }
+    // What a failure prints of the healthy checks the store did not decide: when, on which
+    // master, how long they took, the retry-after they answered (the breaker's remaining cooldown
+    // where it refused, one cooldown for a failed call) and how much of it the host took.
+    let undecided = |calls: Vec<Call>| -> String {
+        calls
+            .iter()
+            .take(20)
+            .map(|c| {
+                format!(
+                    "\n  +{:?} subject {} on node {}: took {:?}, retry-after {:?}, host {:?}",
+                    c.at.saturating_duration_since(broken),
+                    c.subject,
+                    cluster.master_of(&l.key(&subjects[c.subject], "q")),
+                    c.took,
+                    c.retry,
+                    stalls.taken(c.at, c.at + c.took)
+                )
+            })
+            .collect()
+    };
     assert!(healthy.len() > 1000, "{test}: {} checks", healthy.len());
     match (coverage, down) {
         (Coverage::Partial, _) | (Coverage::Full, None) => assert!(
             (healthy.len() - unexcused) as f64 >= 0.99 * healthy.len() as f64,
-            "{test}: {:.2} % of the healthy shards' checks decided by the store",
-            share * 100.0
+            "{test}: {:.2} % of the healthy shards' checks decided by the store; the first \
+             not excused:{}",
+            share * 100.0,
+            undecided(
+                healthy
+                    .iter()
+                    .filter(|c| c.by != DecidedBy::Store && !excused(&stalls, c))
+                    .map(|c| ***c)
+                    .collect()
+            )
         ),
         // The servers refuse every call while they say the cluster is down: the store cannot
         // decide then, but outside that span (and a poll's width either side) it must.
@@ -271,8 +301,9 @@ fn one_shard_fails_over(test: &str, fault: Fault, coverage: Coverage) {
                 .collect();
             assert!(
                 outside.len() as f64 <= 0.01 * healthy.len() as f64,
-                "{test}: {} healthy checks not the store's outside the cluster's down span",
-                outside.len()
+                "{test}: {} healthy checks not the store's outside the cluster's down span:{}",
+                outside.len(),
+                undecided(outside.iter().map(|c| ****c).collect())
             );
         }
     }
