@@ -91,20 +91,24 @@ impl<L: KeyedLimiter> KeyEntry<L> {
     }
 }
 
-impl<L: KeyedLimiter> Relocate for KeyEntry<L> {
-    fn relocate(&self, retired: &Retired) -> Self {
+impl<L: KeyedLimiter> KeyEntry<L> {
+    /// An entry on this one's limiter holding `word`.
+    fn with_word(&self, word: u64) -> KeyEntry<L> {
         KeyEntry {
-            state: KeyState(StateCell::new(retire_word(&self.state.0, retired.flag()))),
+            state: KeyState(StateCell::new(word)),
             limiter: self.limiter.clone(),
         }
+    }
+}
+
+impl<L: KeyedLimiter> Relocate for KeyEntry<L> {
+    fn relocate(&self, retired: &Retired) -> Self {
+        self.with_word(retire_word(&self.state.0, retired.flag()))
     }
 
     #[cfg(atomic_limiter_loom)]
     fn loom_copy_in_use(&self) -> Self {
-        KeyEntry {
-            state: KeyState(StateCell::new(self.state.0.update(Step::Keep))),
-            limiter: self.limiter.clone(),
-        }
+        self.with_word(self.state.0.update(Step::Keep))
     }
 }
 

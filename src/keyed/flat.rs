@@ -22,12 +22,14 @@
 //!   caller's `f` ([`KeyedStore::change`]), marks the slot `DEAD`, and drops its key and value
 //!   only after a grace period ([`crate::reclaim`]): once every check section open when it was
 //!   marked has ended, it marks the slot `FREED`;
-//! - when the slots ever taken would pass three quarters of the table, the live entries are
-//!   copied to a new table (each [relocated](Relocate): retired, then copied with its last
-//!   state), the new table is published (`Release`), and the old one is freed after a grace
-//!   period. A check that finds its entry retired looks the key up again and finds the copy.
+//! - when the slots ever taken would pass seven eighths of the table, the live entries are
+//!   copied to the smallest table that holds them in three quarters of its slots (each
+//!   [relocated](Relocate): retired, then copied with its last state). The new table is linked
+//!   from the old one (`next`) before the copy begins, published (`Release`) after it, and the
+//!   old one is freed after a grace period. A check that finds its entry retired follows the
+//!   link to the copy, or looks the key up again until the copy is made.
 //!
-//! A probe ends at an `EMPTY` slot, and at least a quarter of every table is `EMPTY`, so every
+//! A probe ends at an `EMPTY` slot, and at least an eighth of every table is `EMPTY`, so every
 //! probe ends. A key is never in two `LIVE` slots of the table a lookup reads: a replacement marks
 //! the old slot `DEAD` before it publishes the new one.
 #![allow(unsafe_code)]
@@ -75,10 +77,11 @@ fn live_tag(hash: u64) -> u32 {
 /// freed). Changes (new keys, removals, quota changes) take the store's lock, as they take the
 /// table's index lock anyway.
 ///
-/// It grows by copying the live entries to a table twice the size when the slots ever taken
-/// would pass three quarters of the table (a new key's latency, once per doubling), and a
-/// removed key's memory is freed in batches once no check can still be reading it. A table holds
-/// at most 8/3 slots per live key, each slot the key, the entry (16 bytes) and a tag.
+/// It grows by copying the live entries to a larger table when the slots ever taken would pass
+/// seven eighths of the table (a new key's latency, once per doubling; checks meanwhile go on,
+/// on each entry's copy once it is made), and a removed key's memory is freed in batches once
+/// no check can still be reading it. A table holds at most 8/3 slots per live key, each slot the
+/// key, the entry (16 bytes) and a tag.
 ///
 /// ```
 /// use atomic_limiter::keyed::{FlatStore, KeyHasher};

@@ -120,7 +120,7 @@ fn a_quota_function_may_change_its_own_table() {
 /// other thread.
 #[test]
 fn the_flat_store_reads_beside_growth_removal_and_frees() {
-    use super::{Change, FlatStore, KeyEntry, KeyHasher, KeyedStore};
+    use super::{Change, FlatStore, KeyEntry, KeyHasher, KeyedStore, Relocate};
     use alloc::string::{String, ToString};
     let clock = ManualClock::new();
     let limiter = Arc::new(Gcra::with_clock(
@@ -165,14 +165,8 @@ fn the_flat_store_reads_beside_growth_removal_and_frees() {
     for i in (1..60).step_by(4) {
         let key = alloc::format!("k{i}");
         let replaced = store.change(&key, |e, r| {
-            let word = e.retire(r);
-            let moved = KeyEntry {
-                state: crate::limiter::shared::engine::KeyState(crate::state_cell::StateCell::new(
-                    word,
-                )),
-                limiter: e.limiter.clone(),
-            };
-            (Change::Replace(moved), ())
+            let r = r.expect("the flat store hands out the retired flag");
+            (Change::Replace(e.relocate(r)), ())
         });
         assert!(replaced.is_some());
     }
