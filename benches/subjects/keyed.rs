@@ -2,6 +2,7 @@
 //! them, each a loop over one thread's range of keys.
 
 use super::{Kind, Subject, coarse, governor_coarse_clock, nz, open_quota, subject};
+use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
 use atomic_limiter::{Gcra, QuantaClock, Quota};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,12 +120,21 @@ impl Drop for KeyCycle {
 pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     let q = open_quota();
     let gov_q = governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST));
-    // The default store (dashmap), and the lock-free one.
+    // The default store.
     let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 24);
     let ours_coarse = atomic_limiter::Keyed::gcra_with_clock(q, 1 << 24, coarse());
-    let dash = dashmap_table(q, QuantaClock::new());
-    let free = lock_free_table(q, QuantaClock::new());
-    let free_coarse = lock_free_table(q, coarse());
+    // The other stores: dashmap (a shard's read lock a lookup) and papaya (no lock).
+    let dash = table_on(
+        dashmap::DashMap::with_hasher(KeyHasher::new()),
+        q,
+        QuantaClock::new(),
+    );
+    let free = table_on(
+        LockFreeStore::with_hasher(KeyHasher::new()),
+        q,
+        QuantaClock::new(),
+    );
+    let free_coarse = table_on(LockFreeStore::with_hasher(KeyHasher::new()), q, coarse());
     let clock = QuantaClock::new();
     // Every key on the same quota, but through the quota function's path (one more lookup's
     // worth of work only when a key is new; the check builds its decision under the shard lock).
@@ -136,8 +146,12 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     let gov = governor::RateLimiter::keyed(gov_q);
     let gov_coarse = governor::RateLimiter::dashmap_with_clock(gov_q, governor_coarse_clock());
     // Batches of checks through one pinned handle of the lock-free store.
-    let free_pinned = lock_free_table(q, QuantaClock::new());
-    let free_pinned_coarse = lock_free_table(q, coarse());
+    let free_pinned = table_on(
+        LockFreeStore::with_hasher(KeyHasher::new()),
+        q,
+        QuantaClock::new(),
+    );
+    let free_pinned_coarse = table_on(LockFreeStore::with_hasher(KeyHasher::new()), q, coarse());
     vec![
         // The least an atomic check does on the default store: one compare-and-swap on the
         // key's word under the shard's read lock, as an admission makes (no decision).
@@ -285,41 +299,14 @@ fn probe_floor(name: &'static str, keys: u64) -> Subject {
     })
 }
 
-/// A table of GCRA per key on `clock` in dashmap.
-type DashTable<C> = atomic_limiter::Keyed<
-    u64,
-    Gcra<C>,
-    dashmap::DashMap<
-        u64,
-        atomic_limiter::keyed::KeyEntry<Gcra<C>>,
-        atomic_limiter::keyed::KeyHasher,
-    >,
->;
-
-/// GCRA per key on `clock`, on dashmap, whose lookups take a shard's read lock.
-fn dashmap_table<C: atomic_limiter::Clock + Clone + Send + Sync + 'static>(
-    q: Quota,
-    clock: C,
-) -> DashTable<C> {
+/// GCRA per key on `clock`, in `store`.
+fn table_on<S, C>(store: S, q: Quota, clock: C) -> atomic_limiter::Keyed<u64, Gcra<C>, S>
+where
+    S: atomic_limiter::keyed::KeyedStore<u64, atomic_limiter::keyed::KeyEntry<Gcra<C>>>,
+    C: atomic_limiter::Clock + Clone + Send + Sync + 'static,
+{
     atomic_limiter::Keyed::with_store(
-        dashmap::DashMap::with_hasher(atomic_limiter::keyed::KeyHasher::new()),
-        1 << 24,
-        atomic_limiter::KeyQuotas::Every(q),
-        move |q| Gcra::with_clock(q, clock.clone()),
-    )
-}
-
-/// GCRA per key on `clock`, on the keyed store whose lookups take no lock.
-fn lock_free_table<C: atomic_limiter::Clock + Clone + Send + Sync + 'static>(
-    q: Quota,
-    clock: C,
-) -> atomic_limiter::Keyed<
-    u64,
-    Gcra<C>,
-    atomic_limiter::keyed::LockFreeStore<u64, atomic_limiter::keyed::KeyEntry<Gcra<C>>>,
-> {
-    atomic_limiter::Keyed::with_store(
-        atomic_limiter::keyed::LockFreeStore::with_hasher(atomic_limiter::keyed::KeyHasher::new()),
+        store,
         1 << 24,
         atomic_limiter::KeyQuotas::Every(q),
         move |q| Gcra::with_clock(q, clock.clone()),
