@@ -215,3 +215,58 @@ fn checks_beside_growth_lose_no_admission() {
         );
     }
 }
+
+/// A key whose `Hash` panics, as a caller's key might, at the hash that counts `PANIC_AT` down
+/// to zero.
+#[derive(Clone, PartialEq, Eq)]
+struct Fragile(u64);
+
+static PANIC_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+impl std::hash::Hash for Fragile {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        if PANIC_AT.fetch_sub(1, Relaxed) == 1 {
+            panic!("the key's Hash panicked");
+        }
+        self.0.hash(state);
+    }
+}
+
+/// A growth whose key hashing panics part way (a caller's `Hash`) leaves the store as it was:
+/// every key is still found, once, in the published table; the growth succeeds later; and once
+/// grace periods pass, only the values held are alive (no copy left in an abandoned table).
+#[test]
+fn a_panicking_hash_during_growth_leaves_the_store_whole() {
+    let alive = Arc::new(AtomicUsize::new(0));
+    let store: FlatStore<Fragile, Counted> = FlatStore::with_hasher(KeyHasher::new());
+    // 14 keys fill 16 slots to seven eighths: the 15th grows the table, hashing the 14 again.
+    for key in 0..14u64 {
+        store.with_inserted(Fragile(key), || Counted::new(key, &alive), |_, _| ());
+    }
+    let before = format!("{store:?}");
+    // The 15th key is hashed once or twice before the growth: the 8th hash is the growth's,
+    // after it has hashed (and, before the fix, copied) at least five entries.
+    PANIC_AT.store(8, Relaxed);
+    let grown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        store.with_inserted(Fragile(100), || Counted::new(100, &alive), |_, _| ())
+    }));
+    PANIC_AT.store(usize::MAX, Relaxed);
+    assert!(grown.is_err(), "the growth hashed and panicked");
+    assert_eq!(format!("{store:?}"), before, "the table is the one before");
+    for key in 0..14u64 {
+        let moves = store.with_existing(&Fragile(key), |v, _| v.moves);
+        assert_eq!(moves, Some(0), "key {key} is where it was, not moved");
+    }
+    let (_, inserted) = store.with_inserted(Fragile(100), || Counted::new(100, &alive), |_, _| ());
+    assert!(inserted, "the growth succeeds once the key hashes");
+    for key in (0..14u64).chain([100]) {
+        let moves = store.with_existing(&Fragile(key), |v, _| v.moves);
+        assert_eq!(moves, Some(u32::from(key != 100)), "key {key} moved once");
+    }
+    let start = std::time::Instant::now();
+    while alive.load(Relaxed) > 15 && start.elapsed().as_secs() < 5 {
+        store.shrink_to_fit();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(alive.load(Relaxed), 15, "values alive: only those held");
+}

@@ -4,14 +4,7 @@
 //!
 //! # Implementation details
 //!
-//! A slot's tag says what the slot holds:
-//!
-//! | tag | meaning | key and value |
-//! |---|---|---|
-//! | [`EMPTY`] (0) | never taken in this table; ends a probe | not there |
-//! | [`DEAD`] (1) | removed or moved away; a check may still be reading it | still there |
-//! | [`FREED`] (2) | removed, and every check that could read it has ended | dropped; the slot may be taken again |
-//! | [`LIVE`] `\|` the key's hash (bit 63 set) | the key's | there |
+//! A slot's tag says what the slot holds (the table in `slots`).
 //!
 //! Lookups read only the tag (`Acquire`), then the key and the value the tag published. Every
 //! change runs under the writer's lock:
@@ -23,10 +16,12 @@
 //!   only after a grace period ([`crate::reclaim`]): once every check section open when it was
 //!   marked has ended, it marks the slot `FREED`;
 //! - when the slots ever taken would pass seven eighths of the table, the live entries are
-//!   copied to the smallest table that holds them in three quarters of its slots (each
-//!   [relocated](Relocate): retired, then copied with its last state). The new table is linked
-//!   from the old one (`next`) before the copy begins, published (`Release`) after it, and the
-//!   old one is freed after a grace period. A check that finds its entry retired follows the
+//!   copied to the smallest table that holds them in three quarters of its slots. Every key is
+//!   first hashed and cloned into a `RESERVED` slot of the new table, so that a caller's `Hash`
+//!   or `Clone` that panics leaves the store as it was. Then each entry is
+//!   [relocated](Relocate): retired, then copied with its last state. The new table is linked
+//!   from the old one (`next`) before the entries are relocated, published (`Release`) after,
+//!   and the old one is freed after a grace period. A check that finds its entry retired follows the
 //!   link to the copy, or looks the key up again until the copy is made.
 //!
 //! A probe ends at an `EMPTY` slot, and at least an eighth of every table is `EMPTY`, so every
@@ -39,22 +34,16 @@ use alloc::vec::Vec;
 use core::borrow::Borrow;
 use core::hash::{BuildHasher, Hash};
 use core::marker::PhantomData;
-use core::mem::{MaybeUninit, take};
+use core::mem::take;
 
+use self::slots::{DEAD, FREED, LIVE, Slot, Staged, Table, live_tag};
 use super::KeyHasher;
 use super::store::{Change, KeyedStore, Relocate, Retired};
 use crate::reclaim::{self, Grace};
-use crate::sync::{AtomicPtr, AtomicU32, Mutex, MutexGuard, Ordering, UnsafeCell};
+use crate::sync::{AtomicPtr, Mutex, MutexGuard, Ordering};
 
-/// A slot never taken in its table.
-const EMPTY: u32 = 0;
-/// A slot whose key was removed or moved away; its key and value stay until a grace period ends.
-const DEAD: u32 = 1;
-/// A removed slot whose key and value were dropped; it may be taken again.
-const FREED: u32 = 2;
-/// The bit of a live slot's tag; the other 31 bits are the top of the key's hash (its low bits
-/// place it), so that a probe compares keys only when 31 more bits agree.
-const LIVE: u32 = 1 << 31;
+mod slots;
+
 /// Removed slots noted by one grace period: one system call covers this many removals.
 const BATCH: usize = 32;
 /// The smallest table (under loom, small enough that a model grows it after three keys).
@@ -63,12 +52,6 @@ const MIN_SLOTS: usize = 16;
 /// See the other arm.
 #[cfg(atomic_limiter_loom)]
 const MIN_SLOTS: usize = 4;
-
-/// The tag of a live slot holding a key of hash `hash`.
-#[inline(always)]
-fn live_tag(hash: u64) -> u32 {
-    (hash >> 32) as u32 | LIVE
-}
 
 /// The default [`KeyedStore`]: an open-addressed table of slots holding each key, its value and
 /// its [`Retired`] flag in place. A lookup hashes the key and reads adjacent slots until it
@@ -129,170 +112,6 @@ struct Writer<K, V> {
     old: Vec<(*mut Table<K, V>, Option<Grace>)>,
 }
 
-/// One table: a power-of-two number of slots.
-struct Table<K, V> {
-    slots: Box<[Slot<K, V>]>,
-    /// The table a growth is copying this one's entries to, once it has begun: a lookup that
-    /// finds its entry here retired looks for the copy there, instead of waiting for the whole
-    /// copy to be published.
-    next: AtomicPtr<Table<K, V>>,
-}
-
-/// One key's place. Aligned so that a slot of a `u64` key and its entry (32 bytes) never
-/// straddles two cache lines.
-#[repr(align(32))]
-struct Slot<K, V> {
-    tag: AtomicU32,
-    key: UnsafeCell<MaybeUninit<K>>,
-    value: UnsafeCell<MaybeUninit<V>>,
-    retired: Retired,
-}
-
-impl<K, V> Slot<K, V> {
-    fn empty() -> Slot<K, V> {
-        Slot {
-            tag: AtomicU32::new(EMPTY),
-            key: UnsafeCell::new(MaybeUninit::uninit()),
-            value: UnsafeCell::new(MaybeUninit::uninit()),
-            retired: Retired::new(),
-        }
-    }
-
-    /// The key.
-    ///
-    /// # Safety
-    ///
-    /// The slot's tag was read `LIVE` or `DEAD` (with `Acquire`, or under the writer's lock),
-    /// and the slot is not freed before the reference is dropped: the caller is in a check
-    /// section opened before it read the table's pointer, or holds the writer's lock.
-    #[inline(always)]
-    unsafe fn key(&self) -> &K {
-        // SAFETY: written before the tag was published, dropped only after a grace period that
-        // the caller's section or lock holds off.
-        self.key.with(|k| unsafe { (*k).assume_init_ref() })
-    }
-
-    /// The value, as [`Slot::key`].
-    ///
-    /// # Safety
-    ///
-    /// As [`Slot::key`].
-    #[inline(always)]
-    unsafe fn value(&self) -> &V {
-        // SAFETY: as in `key`.
-        self.value.with(|v| unsafe { (*v).assume_init_ref() })
-    }
-
-    /// Writes a key and a value into a slot no lookup reads, and publishes them under `tag`.
-    ///
-    /// # Safety
-    ///
-    /// The slot is `EMPTY` or `FREED`, the caller holds the writer's lock (or owns a table not
-    /// yet published), and no reference to its old key or value is alive.
-    unsafe fn fill(&self, tag: u32, key: K, value: V) {
-        // SAFETY: no lookup reads the cells of an `EMPTY` or `FREED` slot, and no other writer
-        // runs: these writes race with nothing.
-        self.key.with_mut(|k| unsafe { (*k).write(key) });
-        self.value.with_mut(|v| unsafe { (*v).write(value) });
-        // Relaxed: published with the tag below.
-        self.retired.flag().store(false, Ordering::Relaxed);
-        // Release: the key, the value and the cleared flag before the tag that makes lookups read
-        // them.
-        self.tag.store(tag, Ordering::Release);
-    }
-
-    /// Drops the key and the value of a slot that holds them.
-    ///
-    /// # Safety
-    ///
-    /// The slot is `LIVE` or `DEAD`, and nothing can read it any more (its grace period passed,
-    /// or its table is being freed).
-    unsafe fn drop_contents(&self) {
-        // SAFETY: initialised (the tag says so) and unreachable (the caller says so).
-        self.key.with_mut(|k| unsafe { (*k).assume_init_drop() });
-        // SAFETY: as above.
-        self.value.with_mut(|v| unsafe { (*v).assume_init_drop() });
-    }
-}
-
-impl<K, V> Table<K, V> {
-    fn with_slots(slots: usize) -> *mut Table<K, V> {
-        debug_assert!(slots.is_power_of_two());
-        let slots = (0..slots).map(|_| Slot::empty()).collect();
-        Box::into_raw(Box::new(Table {
-            slots,
-            next: AtomicPtr::new(core::ptr::null_mut()),
-        }))
-    }
-
-    #[inline(always)]
-    fn mask(&self) -> usize {
-        self.slots.len() - 1
-    }
-
-    /// The slot at `i`, taken modulo the table's size.
-    #[inline(always)]
-    fn at(&self, i: usize) -> &Slot<K, V> {
-        // SAFETY: masked to the table's power-of-two size.
-        unsafe { self.slots.get_unchecked(i & self.mask()) }
-    }
-
-    /// The index of `key`'s live slot, if it has one.
-    #[inline(always)]
-    fn find<Q>(&self, hash: u64, key: &Q) -> Option<usize>
-    where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
-    {
-        let want = live_tag(hash);
-        // Truncated on 32-bit targets: an index needs only the low bits.
-        let mut i = hash as usize & self.mask();
-        // Every probe ends at an `EMPTY` slot: at least an eighth of every table is.
-        loop {
-            // SAFETY: masked to the table's power-of-two size.
-            let slot = unsafe { self.slots.get_unchecked(i) };
-            // Acquire: pairs with the Release that published the slot: its key and value.
-            let tag = slot.tag.load(Ordering::Acquire);
-            // SAFETY: the tag was read live with Acquire; the caller keeps the table alive.
-            if tag == want && unsafe { slot.key() }.borrow() == key {
-                return Some(i);
-            }
-            if tag == EMPTY {
-                return None;
-            }
-            i = (i + 1) & self.mask();
-        }
-    }
-
-    /// The first slot on `hash`'s probe path that an insertion may take (`EMPTY` or `FREED`),
-    /// and whether it was `EMPTY`. Called under the writer's lock, on a table with an `EMPTY`
-    /// slot.
-    fn vacancy(&self, hash: u64) -> (usize, bool) {
-        let mut i = hash as usize;
-        loop {
-            // Relaxed: only writers change a tag to `EMPTY` or `FREED`, under the lock held here.
-            match self.at(i).tag.load(Ordering::Relaxed) {
-                EMPTY => return (i & self.mask(), true),
-                FREED => return (i & self.mask(), false),
-                _ => i = i.wrapping_add(1),
-            }
-        }
-    }
-}
-
-impl<K, V> Drop for Table<K, V> {
-    fn drop(&mut self) {
-        for slot in self.slots.iter() {
-            // Relaxed: the table is unreachable; its last writer synchronised with this thread.
-            let tag = slot.tag.load(Ordering::Relaxed);
-            if tag == DEAD || tag & LIVE != 0 {
-                // SAFETY: `LIVE` or `DEAD`, and the table is being freed.
-                unsafe { slot.drop_contents() };
-            }
-        }
-    }
-}
-
 /// Whether `grace` has passed, taking one now if none was taken yet (the kernel refused its
 /// barrier earlier): nothing is freed on a grace period not yet taken.
 fn passed(grace: &mut Option<Grace>) -> bool {
@@ -302,6 +121,15 @@ fn passed(grace: &mut Option<Grace>) -> bool {
             *grace = reclaim::grace();
             false
         }
+    }
+}
+
+/// Aborts the process if dropped: forgotten at the end of a section that must not unwind.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        std::process::abort();
     }
 }
 
@@ -387,6 +215,9 @@ impl<K, V, S> FlatStore<K, V, S> {
 impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> FlatStore<K, V, S> {
     /// Copies the live entries to the smallest table that holds `live` keys in three quarters of
     /// its slots, publishes it, and leaves the old one to be freed after a grace period.
+    ///
+    /// The caller's code (`Hash` and `Clone` of the keys) runs first, before any entry is
+    /// retired: if it panics, the store is left as it was and the new table is freed.
     fn rebuild(&self, w: &mut Writer<K, V>, live: usize) {
         let old_ptr = self.table.load(Ordering::Relaxed);
         let old = self.current(w);
@@ -396,22 +227,43 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> FlatStore<K, V, S> {
             .max(MIN_SLOTS)
             .checked_next_power_of_two()
             .unwrap_or(usize::MAX / 2 + 1);
-        let next = Table::with_slots(slots);
-        // SAFETY: freed only after it is unpublished, by a later growth under this lock.
-        let new = unsafe { &*next };
-        // Release: the new table's empty slots before a lookup that reads the pointer can probe
-        // them; each copy is published by its own tag.
-        old.next.store(next, Ordering::Release);
-        let mut copied = 0;
+        let mut staged = Staged {
+            table: Table::with_slots(slots),
+            placed: Vec::with_capacity(w.live),
+        };
+        // SAFETY: owned by `staged` until published below; freed only after it is unpublished,
+        // by a later growth under this lock.
+        let new = unsafe { &*staged.table };
         for slot in old.slots.iter() {
             // Relaxed: under the writer's lock, which every tag change holds.
+            if slot.tag.load(Ordering::Relaxed) & LIVE == 0 {
+                continue;
+            }
+            // SAFETY: live, under the writer's lock.
+            let key = unsafe { slot.key() };
+            let (i, _) = new.vacancy(self.hash(key));
+            // SAFETY: an `EMPTY` slot of a table no lookup can reach yet.
+            unsafe { new.at(i).reserve(key.clone()) };
+            staged.placed.push(i);
+        }
+        let (next, placed) = staged.disarm();
+        let copied = placed.len();
+        // Release: the new table's reserved slots before a lookup that reads the pointer can
+        // probe them; each copy is published by its own tag.
+        old.next.store(next, Ordering::Release);
+        // From here only the store's own code runs, and an entry once retired cannot be given
+        // back: a panic (a `Relocate` that breaks its contract) aborts rather than leave a key
+        // in two tables.
+        let abort = AbortOnUnwind;
+        let mut placed = placed.into_iter();
+        for slot in old.slots.iter() {
+            // Relaxed: as above; no tag changed since.
             let tag = slot.tag.load(Ordering::Relaxed);
             if tag & LIVE == 0 {
                 continue;
             }
             // SAFETY: live, under the writer's lock.
-            let (key, value) = unsafe { (slot.key(), slot.value()) };
-            let (i, _) = new.vacancy(self.hash(key));
+            let value = unsafe { slot.value() };
             #[cfg(not(atomic_limiter_loom))]
             let moved = value.relocate(&slot.retired);
             #[cfg(atomic_limiter_loom)]
@@ -420,11 +272,12 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> FlatStore<K, V, S> {
             } else {
                 value.relocate(&slot.retired)
             };
-            // SAFETY: an `EMPTY` slot, under the writer's lock: lookups through `old.next` read
-            // it only once its tag is published.
-            unsafe { new.at(i).fill(tag, key.clone(), moved) };
-            copied += 1;
+            let i = placed.next().expect("a slot reserved for every live entry");
+            // SAFETY: reserved for this key above, under the writer's lock: lookups through
+            // `old.next` read its value only once its tag is published.
+            unsafe { new.at(i).publish(tag, moved) };
         }
+        core::mem::forget(abort);
         // Release: the new table's slots before the pointer that makes lookups read them.
         self.table.store(next, Ordering::Release);
         // The old table's removed slots go with it.

@@ -126,6 +126,9 @@ pub trait Relocate {
     /// Retires this value (its flag `retired` set and its state word changed, so that a check
     /// that read the word before fails, and every check after looks the key up again) and
     /// returns a copy that carries its last state.
+    ///
+    /// It must not panic: a store cannot give back an entry once retired, so
+    /// [`FlatStore`](crate::keyed::FlatStore) aborts the process if this unwinds.
     fn relocate(&self, retired: &Retired) -> Self;
 
     /// For the loom models' teeth: a copy of the value's state as it stands, the original left
