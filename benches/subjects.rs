@@ -122,10 +122,8 @@ fn nz(n: u32) -> NonZeroU32 {
     NonZeroU32::new(n).unwrap()
 }
 
-/// governor's coarse clock (quanta's "recent" time, 1 ms upkeep). Ours reads the same global: both
-/// need quanta's one upkeep thread, which only the first to ask may start. governor's constructor
-/// fails when it is already running and `CoarseClock::new` does not, so governor's is made first,
-/// here, and [`coarse`] makes sure of it.
+/// governor's coarse clock (quanta's "recent" time, 1 ms upkeep). quanta runs one upkeep thread
+/// per process and governor's constructor fails once it runs, so the clock is made once and cloned.
 pub fn governor_coarse_clock() -> governor::clock::QuantaUpkeepClock {
     static CLOCK: std::sync::OnceLock<governor::clock::QuantaUpkeepClock> =
         std::sync::OnceLock::new();
@@ -137,9 +135,48 @@ pub fn governor_coarse_clock() -> governor::clock::QuantaUpkeepClock {
         .clone()
 }
 
-/// Our coarse clock, on the upkeep thread governor's coarse clock started.
+/// quanta's "recent" time, read as governor's coarse clock reads it (a call into quanta, then a
+/// `Duration` made and turned back into nanoseconds): `Gcra` on it, against governor's coarse
+/// check, compares the two checks alone, each with the same clock read.
+#[derive(Debug, Clone)]
+pub struct QuantaRecent {
+    clock: quanta::Clock,
+    origin: quanta::Instant,
+}
+
+impl Default for QuantaRecent {
+    /// On the upkeep thread governor's coarse clock started.
+    fn default() -> QuantaRecent {
+        let _ = governor_coarse_clock();
+        let clock = quanta::Clock::new();
+        let origin = clock.recent();
+        QuantaRecent { clock, origin }
+    }
+}
+
+impl atomic_limiter::Clock for QuantaRecent {
+    #[inline]
+    fn now(&self) -> u64 {
+        let d = self.clock.recent().saturating_duration_since(self.origin);
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn resolution(&self) -> u64 {
+        1_000_000
+    }
+
+    fn is_monotonic(&self) -> bool {
+        true
+    }
+
+    fn now_fresh(&self) -> u64 {
+        let d = self.clock.now().saturating_duration_since(self.origin);
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Our coarse clock (its own upkeep thread, 1 ms).
 pub fn coarse() -> CoarseClock {
-    let _ = governor_coarse_clock();
     CoarseClock::new()
 }
 
@@ -375,6 +412,11 @@ pub fn allow_subjects() -> Vec<Subject> {
             "Gcra + CoarseClock",
             Kind::Ours,
             Gcra::with_clock(q, coarse()),
+        ),
+        allow_loop(
+            "Gcra + quanta recent time (governor's coarse read)",
+            Kind::Ours,
+            Gcra::with_clock(q, QuantaRecent::default()),
         ),
         allow_loop(
             "Sharded<Gcra> + CoarseClock",

@@ -31,8 +31,8 @@ pub(crate) use core::sync::atomic::AtomicU64;
 
 #[cfg(not(feature = "portable-atomic"))]
 pub(crate) use core::sync::atomic::AtomicU64 as StaticAtomicU64;
-/// An atomic that can live in a `static` (loom's cannot be built in one). Its one user, the jitter
-/// sequence, takes part in no protocol the loom models check.
+/// An atomic that can live in a `static` (loom's cannot be built in one). Its users, the jitter
+/// sequence and the coarse clock's time, take part in no protocol the loom models check.
 #[cfg(feature = "portable-atomic")]
 pub(crate) use portable_atomic::AtomicU64 as StaticAtomicU64;
 

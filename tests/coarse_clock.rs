@@ -151,3 +151,38 @@ proptest! {
         }
     }
 }
+
+/// The coarse time advances with real time, within its resolution and the upkeep thread's lag,
+/// and is never ahead of a later precise reading of the same clock (one calibration for both).
+#[test]
+fn the_coarse_time_follows_the_precise_one_and_never_passes_it() {
+    let clock = CoarseClock::new();
+    let start = Instant::now();
+    let first = clock.now();
+    let mut steps = 0u32;
+    let mut last = first;
+    // Bounded: 50 ms of readings.
+    while start.elapsed() < Duration::from_millis(50) {
+        let coarse = clock.now();
+        let after = clock.now_fresh();
+        assert!(
+            coarse <= after,
+            "coarse {coarse} ns ahead of a later precise {after} ns"
+        );
+        assert!(
+            coarse >= last,
+            "the coarse time stepped back: {last} then {coarse} ns"
+        );
+        steps += u32::from(coarse > last);
+        last = coarse;
+    }
+    let elapsed = start.elapsed().as_nanos() as u64;
+    // The upkeep refreshes every millisecond; allow for a host that holds it off for 30 ms.
+    assert!(
+        last - first + 30_000_000 >= elapsed,
+        "the coarse time advanced {} ns in {elapsed} ns",
+        last - first
+    );
+    assert!(steps >= 5, "the coarse time moved {steps} times in 50 ms");
+    assert_eq!(clock.resolution(), 1_000_000);
+}

@@ -3,7 +3,7 @@
 //! | clock | source | cost | resolution |
 //! |---|---|---|---|
 //! | [`QuantaClock`] (default) | TSC through `quanta` | a `rdtsc` and a multiply | 1 ns |
-//! | [`CoarseClock`] | `quanta`'s recent time, refreshed by an upkeep thread | one load | the upkeep interval (1 ms) |
+//! | [`CoarseClock`] | a time the crate's upkeep thread refreshes from `quanta`'s precise one | one load | the upkeep interval (1 ms) |
 //! | [`StdClock`] | `std::time::Instant` | a vDSO `clock_gettime` | 1 ns |
 //! | [`ManualClock`] | an atomic the test moves | one load | 1 ns |
 //!
