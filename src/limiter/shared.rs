@@ -57,6 +57,21 @@ pub(crate) mod engine {
             state: &KeyState,
             n: u32,
             retired: Option<&AtomicBool>,
+        ) -> Option<Seen> {
+            self.take_state_read(state, n, retired, self.read_clock())
+        }
+
+        /// The clock's reading, in the units [`KeyedEngine::take_state_read`] takes.
+        fn read_clock(&self) -> u64;
+
+        /// [`KeyedEngine::take_state`] on a reading taken before the word is loaded (by the
+        /// caller, before it looks the key up, so that the clock read overlaps the lookup).
+        fn take_state_read(
+            &self,
+            state: &KeyState,
+            n: u32,
+            retired: Option<&AtomicBool>,
+            reading: u64,
         ) -> Option<Seen>;
 
         /// The decision [`KeyedEngine::check_state`] would have returned for what
@@ -96,14 +111,20 @@ pub(crate) mod engine {
         }
 
         #[inline(always)]
-        fn take_state(
+        fn read_clock(&self) -> u64 {
+            self.reading()
+        }
+
+        #[inline(always)]
+        fn take_state_read(
             &self,
             state: &KeyState,
             n: u32,
             retired: Option<&AtomicBool>,
+            reading: u64,
         ) -> Option<Seen> {
             let coarse = is_coarse(self.clock());
-            let (seen, finished) = take_at(self, state, self.reading(), n, false, coarse, retired)?;
+            let (seen, finished) = take_at(self, state, reading, n, false, coarse, retired)?;
             if finished {
                 return Some(seen);
             }
