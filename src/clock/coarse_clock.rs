@@ -1,4 +1,4 @@
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::clock::Clock;
@@ -10,9 +10,12 @@ const UPKEEP_INTERVAL: Duration = Duration::from_millis(1);
 /// The coarse time: nanoseconds since [`Source::origin`] as of the upkeep thread's last pass.
 static RECENT: StaticAtomicU64 = StaticAtomicU64::new(0);
 
-/// The precise clock behind the coarse time, made once per process with the upkeep thread, or
-/// `None` if that thread could not be started.
-static SOURCE: OnceLock<Option<Source>> = OnceLock::new();
+/// The precise clock behind the coarse time, made once per process with the upkeep thread.
+static SOURCE: OnceLock<Source> = OnceLock::new();
+
+/// Held while the upkeep thread is started, so that only one ever runs (one calibration), and a
+/// start the system refused may be tried again.
+static STARTING: Mutex<()> = Mutex::new(());
 
 /// One calibration of the TSC, shared (copied) by the upkeep thread and every `CoarseClock`, so
 /// that a coarse reading is an earlier value of the same function as a precise one: never ahead of
@@ -29,8 +32,8 @@ impl Source {
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
     }
 
-    /// Starts the upkeep thread: `None` if the system refused it.
-    fn start() -> Option<Source> {
+    /// Starts the upkeep thread, unless the system refuses it.
+    fn start() -> std::io::Result<Source> {
         let clock = quanta::Clock::new();
         let source = Source {
             origin: clock.raw(),
@@ -47,9 +50,8 @@ impl Source {
                     // Relaxed: as above. The only writer, so the time never steps back.
                     RECENT.store(upkeep.now(), Ordering::Relaxed);
                 }
-            })
-            .ok()?;
-        Some(source)
+            })?;
+        Ok(source)
     }
 }
 
@@ -63,43 +65,51 @@ impl Source {
 /// retry-after is rounded up to whole steps plus one, so waiting it is always enough. Admissions
 /// cost one load, inlined (no call, no conversion); only denials pay for the precise reading.
 ///
-/// The first `CoarseClock::new` in a process starts the upkeep thread
-/// (`atomic-limiter-coarse-clock`), which then runs for the life of the process. Should the system
-/// refuse the thread, every `CoarseClock` reads the precise time instead.
+/// The first `CoarseClock` made in a process starts the upkeep thread
+/// (`atomic-limiter-coarse-clock`), which then runs for the life of the process.
 #[derive(Debug, Clone)]
 pub struct CoarseClock {
     source: Source,
     /// The coarse time when this clock was made: its readings count from there.
     origin: u64,
-    /// No upkeep thread: every reading is precise.
-    precise: bool,
 }
 
 impl CoarseClock {
     /// A clock whose origin is now, starting the upkeep thread if it is not running.
+    ///
+    /// # Panics
+    ///
+    /// If the system refuses to start the upkeep thread, as [`std::thread::spawn`] panics;
+    /// [`CoarseClock::try_new`] returns the error instead.
     pub fn new() -> CoarseClock {
-        match SOURCE.get_or_init(Source::start) {
-            Some(source) => CoarseClock {
-                source: source.clone(),
-                // Relaxed: a time, as above.
-                origin: RECENT.load(Ordering::Relaxed),
-                precise: false,
-            },
-            None => CoarseClock::precise(),
-        }
+        CoarseClock::try_new().expect("the coarse clock's upkeep thread could not be started")
     }
 
-    /// Without an upkeep thread: a clock that reads the precise time, from its own origin.
-    fn precise() -> CoarseClock {
-        let clock = quanta::Clock::new();
-        CoarseClock {
-            source: Source {
-                origin: clock.raw(),
-                clock,
-            },
-            origin: 0,
-            precise: true,
-        }
+    /// A clock whose origin is now, or the system's refusal to start the upkeep thread (which a
+    /// later call tries again).
+    ///
+    /// # Errors
+    ///
+    /// The error [`std::thread::Builder::spawn`] returned.
+    pub fn try_new() -> std::io::Result<CoarseClock> {
+        let source = match SOURCE.get() {
+            Some(source) => source,
+            None => {
+                let _starting = STARTING.lock().unwrap_or_else(PoisonError::into_inner);
+                match SOURCE.get() {
+                    Some(source) => source,
+                    None => {
+                        let source = Source::start()?;
+                        SOURCE.get_or_init(|| source)
+                    }
+                }
+            }
+        };
+        Ok(CoarseClock {
+            source: source.clone(),
+            // Relaxed: a time, as above.
+            origin: RECENT.load(Ordering::Relaxed),
+        })
     }
 }
 
@@ -112,20 +122,13 @@ impl Default for CoarseClock {
 impl Clock for CoarseClock {
     #[inline]
     fn now(&self) -> u64 {
-        if self.precise {
-            return self.now_fresh();
-        }
         // Relaxed: a time, read on its own.
         RECENT.load(Ordering::Relaxed).saturating_sub(self.origin)
     }
 
     #[inline]
     fn resolution(&self) -> u64 {
-        if self.precise {
-            1
-        } else {
-            UPKEEP_INTERVAL.as_nanos() as u64
-        }
+        UPKEEP_INTERVAL.as_nanos() as u64
     }
 
     /// Both the coarse time and the precise one come from one monotonic source.
@@ -137,23 +140,5 @@ impl Clock for CoarseClock {
     #[inline]
     fn now_fresh(&self) -> u64 {
         self.source.now().saturating_sub(self.origin)
-    }
-}
-
-#[cfg(all(test, not(atomic_limiter_loom), not(miri)))]
-mod tests {
-    use super::*;
-
-    /// Where the system refused the upkeep thread, the clock reads the precise time: it advances
-    /// between two readings a millisecond apart, at a resolution of 1 ns.
-    #[test]
-    fn without_an_upkeep_thread_the_clock_reads_precise_time() {
-        let clock = CoarseClock::precise();
-        let first = clock.now();
-        std::thread::sleep(Duration::from_millis(2));
-        let second = clock.now();
-        assert!(second >= first + 1_000_000, "{first} then {second} ns");
-        assert!(clock.now() <= clock.now_fresh());
-        assert_eq!(clock.resolution(), 1);
     }
 }
