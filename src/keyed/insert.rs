@@ -14,7 +14,7 @@ use super::table::Keyed;
 use crate::decision::{Decision, Detail};
 use crate::limiter::shared::KeyedLimiter;
 use crate::quota::{InsufficientCapacity, Quota};
-use crate::sync::{Arc, MutexGuard, Ordering};
+use crate::sync::{Arc, AtomicUsize, MutexGuard, Ordering};
 
 /// The refusal of a new key at the cap: `no_room` says when the soonest held bucket is full again
 /// (measured from the held key's own rounded reset, so resolution 1).
@@ -27,6 +27,25 @@ fn table_full(no_room: NoRoom, quota: &Quota) -> Decision {
             limit: quota.burst(),
         },
     )
+}
+
+/// A place taken under the cap for a key not yet held: given back if dropped, which only an
+/// unwinding insertion does (a caller's `Clone` or `Hash` of the key panicked), so that a panic
+/// never shrinks the cap.
+struct Place<'a>(&'a AtomicUsize);
+
+impl Place<'_> {
+    /// The key is held (or the place is given back by the caller): nothing to do on drop.
+    fn keep(self) {
+        core::mem::forget(self);
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        // Relaxed: as in `take_place`.
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed<K, L, M> {
@@ -116,6 +135,8 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         if let Err(no_room) = self.take_place(&mut due) {
             return Err(table_full(no_room, &quota));
         }
+        // Given back if the caller's `Clone` or `Hash` of the key panics before it is held.
+        let place = Place(&self.count);
         let due = serialised.then_some(due);
         // Only now, with a place, is anything allocated for the key.
         let key: K = owned.unwrap_or_else(|| key.to_owned());
@@ -130,6 +151,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             },
             |e, retired| f(e, retired, before),
         );
+        place.keep();
         if inserted {
             due.unwrap_or_else(|| self.due.lock().unwrap_or_else(PoisonError::into_inner))
                 .push(key, at);

@@ -809,3 +809,5 @@ fn requota_racing_checks_loses_no_admission() {
         assert_eq!(admitted + rest, 100, "round {round}");
     }
 }
+
+include!("panics.rs");
