@@ -39,16 +39,20 @@ impl Source {
             origin: clock.raw(),
             clock,
         };
+        let mut last = source.now();
         // Relaxed: a time, read on its own; no other memory is published with it.
-        RECENT.store(source.now(), Ordering::Relaxed);
+        RECENT.store(last, Ordering::Relaxed);
         let upkeep = source.clone();
         std::thread::Builder::new()
             .name("atomic-limiter-coarse-clock".into())
             .spawn(move || {
                 loop {
                     std::thread::sleep(UPKEEP_INTERVAL);
-                    // Relaxed: as above. The only writer, so the time never steps back.
-                    RECENT.store(upkeep.now(), Ordering::Relaxed);
+                    // The only writer, and never back: a thread moved to a core whose counter
+                    // lags reads an earlier time.
+                    last = last.max(upkeep.now());
+                    // Relaxed: as above.
+                    RECENT.store(last, Ordering::Relaxed);
                 }
             })?;
         Ok(source)
