@@ -63,8 +63,10 @@ impl Source {
 ///
 /// The cheapest clock there is, at the price of resolution: readings advance in steps of about
 /// 1 ms (the upkeep interval, [`Clock::resolution`]), and trail real time by one step, or by more
-/// when the upkeep thread is held off the CPU (on a loaded machine, several steps). Limiters stay
-/// correct (a late reading only delays refills); a denial is checked once more on a precise
+/// when the upkeep thread is held off the CPU (on a loaded machine, several steps). Limiters
+/// decide exactly on the times they read; as the lag varies, a span of real time may hold what
+/// the quota allows over that span and the lag (at 1000 a second, one request more over a 1 ms
+/// lag), as on any clock of this resolution. A denial is checked once more on a precise
 /// reading ([`Clock::now_fresh`], the TSC through quanta) before it is answered, and its
 /// retry-after is rounded up to whole steps plus one, so waiting it is always enough. Admissions
 /// cost one load, inlined (no call, no conversion); only denials pay for the precise reading.
