@@ -1,62 +1,45 @@
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, QuantaClock};
 use crate::sync::{Ordering, StaticAtomicU64};
 
 /// How often the upkeep thread refreshes the coarse time, and so [`CoarseClock`]'s resolution.
 const UPKEEP_INTERVAL: Duration = Duration::from_millis(1);
 
-/// The coarse time: nanoseconds since [`Source::origin`] as of the upkeep thread's last pass.
+/// The coarse time: the precise clock's reading (`SOURCE`) as of the upkeep thread's last pass.
 static RECENT: StaticAtomicU64 = StaticAtomicU64::new(0);
 
-/// The precise clock behind the coarse time, made once per process with the upkeep thread.
-static SOURCE: OnceLock<Source> = OnceLock::new();
+/// The precise clock behind the coarse time, made once per process with the upkeep thread. It
+/// is one calibration of the TSC, shared (copied) by the upkeep thread and every `CoarseClock`, so
+/// that a coarse reading is an earlier value of the same function as a precise one: never ahead of
+/// it.
+static SOURCE: OnceLock<QuantaClock> = OnceLock::new();
 
 /// Held while the upkeep thread is started, so that only one ever runs (one calibration), and a
 /// start the system refused may be tried again.
 static STARTING: Mutex<()> = Mutex::new(());
 
-/// One calibration of the TSC, shared (copied) by the upkeep thread and every `CoarseClock`, so
-/// that a coarse reading is an earlier value of the same function as a precise one: never ahead of
-/// it.
-#[derive(Debug, Clone)]
-struct Source {
-    clock: quanta::Clock,
-    origin: u64,
-}
-
-impl Source {
-    #[inline]
-    fn now(&self) -> u64 {
-        self.clock.delta_as_nanos(self.origin, self.clock.raw())
-    }
-
-    /// Starts the upkeep thread, unless the system refuses it.
-    fn start() -> std::io::Result<Source> {
-        let clock = quanta::Clock::new();
-        let source = Source {
-            origin: clock.raw(),
-            clock,
-        };
-        let mut last = source.now();
-        // Relaxed: a time, read on its own; no other memory is published with it.
-        RECENT.store(last, Ordering::Relaxed);
-        let upkeep = source.clone();
-        std::thread::Builder::new()
-            .name("atomic-limiter-coarse-clock".into())
-            .spawn(move || {
-                loop {
-                    std::thread::sleep(UPKEEP_INTERVAL);
-                    // The only writer, and never back: a thread moved to a core whose counter
-                    // lags reads an earlier time.
-                    last = last.max(upkeep.now());
-                    // Relaxed: as above.
-                    RECENT.store(last, Ordering::Relaxed);
-                }
-            })?;
-        Ok(source)
-    }
+/// Starts the upkeep thread on a new precise clock, unless the system refuses it.
+fn start() -> std::io::Result<QuantaClock> {
+    let source = QuantaClock::new();
+    let mut last = source.now();
+    // Relaxed: a time, read on its own; no other memory is published with it.
+    RECENT.store(last, Ordering::Relaxed);
+    let upkeep = source.clone();
+    std::thread::Builder::new()
+        .name("atomic-limiter-coarse-clock".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(UPKEEP_INTERVAL);
+                // The only writer, and never back: a thread moved to a core whose counter lags
+                // reads an earlier time.
+                last = last.max(upkeep.now());
+                // Relaxed: as above.
+                RECENT.store(last, Ordering::Relaxed);
+            }
+        })?;
+    Ok(source)
 }
 
 /// A coarse time: one load of a global that an upkeep thread refreshes every millisecond.
@@ -75,7 +58,7 @@ impl Source {
 /// (`atomic-limiter-coarse-clock`), which then runs for the life of the process.
 #[derive(Debug, Clone)]
 pub struct CoarseClock {
-    source: Source,
+    source: QuantaClock,
     /// The coarse time when this clock was made: its readings count from there.
     origin: u64,
 }
@@ -105,7 +88,7 @@ impl CoarseClock {
                 match SOURCE.get() {
                     Some(source) => source,
                     None => {
-                        let source = Source::start()?;
+                        let source = start()?;
                         SOURCE.get_or_init(|| source)
                     }
                 }
