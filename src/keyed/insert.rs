@@ -14,7 +14,7 @@ use super::table::Keyed;
 use crate::decision::{Decision, Detail};
 use crate::limiter::shared::KeyedLimiter;
 use crate::quota::{InsufficientCapacity, Quota};
-use crate::sync::{Arc, AtomicUsize, MutexGuard, Ordering};
+use crate::sync::{AtomicUsize, MutexGuard, Ordering};
 
 /// The refusal of a new key at the cap: `no_room` says when the soonest held bucket is full again
 /// (measured from the held key's own rounded reset, so resolution 1).
@@ -29,13 +29,13 @@ fn table_full(no_room: NoRoom, quota: &Quota) -> Decision {
     )
 }
 
-/// A place taken under the cap for a key not yet held: given back if dropped, which only an
-/// unwinding insertion does (a caller's `Clone` or `Hash` of the key panicked), so that a panic
-/// never shrinks the cap.
+/// A place taken under the cap for a key not yet held: given back when dropped, as by an
+/// insertion that lost its race or unwound (a caller's `Clone` or `Hash` of the key panicked), so
+/// that a panic never shrinks the cap.
 struct Place<'a>(&'a AtomicUsize);
 
 impl Place<'_> {
-    /// The key is held (or the place is given back by the caller): nothing to do on drop.
+    /// The key is held: the place stays taken.
     fn keep(self) {
         core::mem::forget(self);
     }
@@ -135,7 +135,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         if let Err(no_room) = self.take_place(&mut due) {
             return Err(table_full(no_room, &quota));
         }
-        // Given back if the caller's `Clone` or `Hash` of the key panics before it is held.
+        // Given back unless the key ends up held (the caller's `Clone` or `Hash` of it may panic).
         let place = Place(&self.count);
         let due = serialised.then_some(due);
         // Only now, with a place, is anything allocated for the key.
@@ -151,25 +151,19 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
             },
             |e, retired| f(e, retired, before),
         );
-        place.keep();
         if inserted {
+            place.keep();
             due.unwrap_or_else(|| self.due.lock().unwrap_or_else(PoisonError::into_inner))
                 .push(key, at);
         } else {
             // Another thread inserted the key first, which only the loom twin's unserialised
-            // insertions let happen: give the place back.
-            self.release_place(limiter, &quota);
+            // insertions let happen: give the place back, and the limiter made for it (forgotten
+            // if no held key uses it).
+            drop(place);
+            drop(limiter);
+            self.forget_unused(&quota);
         }
         Ok(answer)
-    }
-
-    /// Gives back a place taken for a key that another insertion beat to it, with the limiter
-    /// made for it (forgotten if no held key uses it).
-    fn release_place(&self, limiter: Arc<L>, quota: &Quota) {
-        // Relaxed: a counter; its RMWs are all the synchronisation it needs.
-        self.count.fetch_sub(1, Ordering::Relaxed);
-        drop(limiter);
-        self.forget_unused(quota);
     }
 
     /// The quota a key not held gets: the table's, or the quota function's (which takes the
