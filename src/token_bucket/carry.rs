@@ -5,17 +5,23 @@ use super::refill::*;
 use crate::clock::Reading;
 use crate::decision::bucket::RATE_FRAC;
 
-/// The units the grid may run ahead of the exact refill, just after a carry puts the stamp at
-/// the tick that holds the change's instant: up to a tick's refill (one unit, the tick being at
-/// most a unit) counted before that instant, up to one unit already accrued on the grid at that
-/// tick, and one unit for the rate rounded down on the way in.
-pub(super) const CARRY_MARGIN: u64 = 3;
+/// One unit in the fixed point of the carry: `2^RATE_FRAC`.
+const ONE: i128 = 1 << RATE_FRAC;
 
 /// The word that carries `word`, read at `now_ns`, over to the bucket `to` at the same instant.
-/// What the bucket lacks of full (its debt) is kept as time, or as its share of the cap
-/// (`proportional`); either way the new bucket holds [`CARRY_MARGIN`] less than that, so that its
-/// grid, counted from the change's tick, is never ahead of the exact bucket carried the same way.
-/// A full bucket stays full, re-phased as at creation.
+///
+/// A word stands for an exact bucket: its tokens plus how far the instant's exact position lies
+/// past the whole units counted at its stamp, the part of a unit the grid has not counted yet.
+/// Neither that bucket nor the grid is ever ahead of the exact one, so the larger of the two (the
+/// tokens alone, for a stamp still ahead) is what the old bucket holds. What it lacks of full (its
+/// debt) is kept as time, or as its share of the cap (`proportional`), in the new units and rounded
+/// up, at most the whole new cap: a bucket holds no less than nothing. A full bucket stays full.
+///
+/// The new word is stamped at the instant's tick and holds that less the part of a unit its grid
+/// has not counted yet, rounded down: its exact bucket trails the carry by under a unit, and
+/// nothing of the old grid's rounding is carried (a unit of a slow quota is most of a token of a
+/// fast one). A bucket holding less than that part is stamped where a full one would be, at the
+/// first tick whose whole units reach the instant's position, so that it counts nothing before.
 pub(crate) fn carry(
     word: u64,
     now_ns: u64,
@@ -24,31 +30,54 @@ pub(crate) fn carry(
     proportional: bool,
 ) -> u64 {
     // A fresh reading: the change read the clock after it took the word.
-    let Some((base, held, _)) = refilled(word, now_ns, from, Reading::Fresh) else {
-        return to.pack(now_ns >> to.shift, 0);
+    let exact = match refilled(word, now_ns, from, Reading::Fresh) {
+        // Full on the grid is full: the exact bucket never holds less than the grid.
+        Some((_, held, _)) if held >= from.cap => return to.full(now_ns),
+        Some((base, held, _)) => {
+            let uncounted = from.position_past(now_ns, base).max(0);
+            let debt = (i128::from(from.cap - held) << RATE_FRAC) - uncounted;
+            if debt <= 0 {
+                return to.full(now_ns);
+            }
+            let carried = if proportional {
+                (debt as u128 * u128::from(to.cap)).div_ceil(u128::from(from.cap))
+            } else {
+                carried_as_time(debt as u128, from, to)
+            };
+            // A debt above zero carries at least one step, so this is below the cap: the word
+            // below is never a full one.
+            let cap = i128::from(to.cap) << RATE_FRAC;
+            cap - i128::try_from(carried).unwrap_or(i128::MAX).min(cap)
+        }
+        None => 0,
     };
-    if held >= from.cap {
-        return to.full(now_ns);
-    }
-    let missing = u128::from(from.cap - held);
-    let carried = if proportional {
-        (missing * u128::from(to.cap)).div_ceil(u128::from(from.cap))
+    let tick = now_ns >> to.shift;
+    let uncounted = to.position_past(now_ns, u128::from(tick));
+    if exact >= uncounted {
+        to.pack(tick, ((exact - uncounted) / ONE) as u64)
     } else {
-        // The debt as time: until refills start (a stamp still ahead), then the missing units at
-        // the old rate; in new units at the new rate, rounded up.
-        let start = (base << from.shift).saturating_sub(u128::from(now_ns));
-        // Whole ticks (rounded up), then ns: `missing << RATE_FRAC` < 2^84, and a tick of 2^shift
-        // ns may take the product past 128 bits only for quotas whose debt is centuries.
-        let ticks = (missing << RATE_FRAC).div_ceil(u128::from(from.rate.max(1)));
-        let refill_ns = ticks.saturating_mul(1 << from.shift);
-        let debt_ns = start.saturating_add(refill_ns);
-        debt_ns
-            .saturating_mul(u128::from(to.rate))
-            .div_ceil(1u128 << (RATE_FRAC + to.shift))
-    };
-    let held = u128::from(to.cap).saturating_sub(carried + u128::from(CARRY_MARGIN));
-    // Below the cap, so within the token field.
-    to.pack(now_ns >> to.shift, held as u64)
+        to.pack(to.rephase(now_ns) as u64, (exact / ONE) as u64)
+    }
+}
+
+/// A debt of `debt` (in `2^-RATE_FRAC` of a unit of `from`) as time, then in units of `to`, each
+/// rounded up. The old rate is rounded down, so the time is never less than the exact bucket's.
+/// The new rate is rounded down too, which takes under 2^-21 of a unit off any debt within the cap
+/// (under 2^32 ticks at under 2^-53 of a unit each): 2^-20 of a unit more makes up for it. The
+/// quotient is split from the remainder so that a tick of `2^shift` ns saturates only for debts of
+/// centuries.
+fn carried_as_time(debt: u128, from: &BucketParams, to: &BucketParams) -> u128 {
+    let rate = u128::from(from.rate.max(1));
+    let (whole, rest) = (debt / rate, debt % rate);
+    // `rest < rate < 2^64` and `shift < 64`, so the shift stays inside 128 bits.
+    let part = (rest << from.shift).div_ceil(rate);
+    let ns = whole
+        .checked_shl(from.shift)
+        .filter(|w| w >> from.shift == whole)
+        .map_or(u128::MAX, |w| w.saturating_add(part));
+    ns.saturating_mul(u128::from(to.rate))
+        .div_ceil(1 << to.shift)
+        .saturating_add(1 << (RATE_FRAC - 20))
 }
 
 /// Gives back `cost` units taken moments ago and never used: added to the units held as of the

@@ -232,6 +232,16 @@ impl BucketParams {
         self.units_wide(tick as u128)
     }
 
+    /// How far the exact refill position of `now_ns` (`now × rate / tick`) lies past the whole
+    /// units counted at tick `from`, in `2^-RATE_FRAC` of a unit: negative for a tick whose units
+    /// are past it (a stamp ahead). Held tokens plus this is the exact bucket the word stands for.
+    pub(crate) const fn position_past(&self, now_ns: u64, from: u128) -> i128 {
+        // Below 2^128 (a reading and the rate are words), and shifted down by at least nothing;
+        // a tick below 2^65 keeps the units below 2^75, so both fit an `i128`.
+        let position = (now_ns as u128 * self.rate as u128) >> (self.shift & 63);
+        position as i128 - ((self.units_wide(from) << RATE_FRAC) as i128)
+    }
+
     /// [`BucketParams::units`] for a tick that may lie past `u64::MAX` (a stamp a few ticks ahead
     /// of a clock at the end of time); below 2^65 ticks, so the product fits.
     #[inline]

@@ -47,7 +47,8 @@ impl Model {
         }
     }
 
-    fn cap(&self) -> i128 {
+    /// The capacity, in units.
+    pub fn cap(&self) -> i128 {
         self.burst * self.per
     }
 
@@ -115,6 +116,16 @@ impl Model {
         self.num = self.cap();
     }
 
+    /// The nanoseconds from `now` until the model holds `units`: 0 if it does already, or never
+    /// will (past the capacity).
+    pub fn ns_until(&mut self, now: u64, units: i128) -> u64 {
+        self.refill(now);
+        if units > self.cap() {
+            return 0;
+        }
+        ceil_div(units - self.num, self.rate)
+    }
+
     /// What the bucket lacks of full at `now`, in units (`1/per` of a token, as GCRA's).
     pub fn debt_at(&mut self, now: u64) -> i128 {
         self.refill(now);
@@ -148,37 +159,68 @@ impl Model {
 
     /// The model after its quota changes to `q` at `now`: the debt (what the bucket lacks of
     /// full) kept as time, or as its share of the capacity (at most all of it), rounded up in the
-    /// new terms; a debt is never carried past the documented range bound (2^61 units past the
-    /// new capacity) and, for a bucket that cannot hold less than nothing (`at_most_empty`), past
-    /// the new capacity.
+    /// new terms, and never carried past the documented range bound (2^61 units past the new
+    /// capacity).
     pub fn reconfigured(&mut self, now: u64, q: &Quota, proportional: bool) -> Model {
-        self.reconfigured_as(now, q, proportional, false)
+        let mut next = Model::new(q, now);
+        next.num -= self
+            .debt_into(now, &next, proportional, true)
+            .min((1 << 61) + next.cap());
+        next
     }
 
-    /// [`Model::reconfigured`], the debt capped at the new capacity when `at_most_empty`.
-    pub fn reconfigured_as(
+    /// The token bucket's reference at a change: as [`Model::reconfigured`] with the debt at most
+    /// the new capacity (a bucket holds no less than nothing), in units `k` times finer than the
+    /// new quota's and rounded down, so that it is never below the exact carry and above it by
+    /// under a `k`-th of a unit.
+    pub fn reconfigured_above(
         &mut self,
         now: u64,
         q: &Quota,
         proportional: bool,
-        at_most_empty: bool,
+        k: i128,
     ) -> Model {
+        let mut next = Model::new(q, now).finer(k);
+        next.num -= self
+            .debt_into(now, &next, proportional, false)
+            .min(next.cap());
+        next
+    }
+
+    /// What the bucket lacks of full at `now` (as a share, at most all of it), in `next`'s units.
+    fn debt_into(&mut self, now: u64, next: &Model, proportional: bool, up: bool) -> i128 {
         self.refill(now);
         let debt = self.cap() - self.num;
-        let mut next = Model::new(q, now);
-        let (debt, num, den) = if proportional {
-            (debt.min(self.cap()), next.cap(), self.cap())
+        let debt = if proportional {
+            debt.min(self.cap())
         } else {
-            (debt, next.rate, self.rate)
+            debt
         };
-        let carried = ((debt * num + den - 1) / den).min((1 << 61) + next.cap());
-        let carried = if at_most_empty {
-            carried.min(next.cap())
+        self.carry_units(next, debt, proportional, up)
+    }
+
+    /// `units` of this model's in `next`'s, as a change carries a debt: as time (the ratio of the
+    /// rates) or as a share of the capacity; rounded up or down.
+    pub fn carry_units(&self, next: &Model, units: i128, proportional: bool, up: bool) -> i128 {
+        let (num, den) = if proportional {
+            (next.cap(), self.cap())
         } else {
-            carried
+            (next.rate, self.rate)
         };
-        next.num -= carried;
-        next
+        let product = units * num;
+        if up {
+            product.div_euclid(den) + i128::from(product.rem_euclid(den) != 0)
+        } else {
+            product.div_euclid(den)
+        }
+    }
+
+    /// The same bucket counted in units `k` times finer.
+    pub fn finer(mut self, k: i128) -> Model {
+        self.per *= k;
+        self.rate *= k;
+        self.num *= k;
+        self
     }
 
     /// Most tokens a correct limiter may have admitted by `now` since `start`:
