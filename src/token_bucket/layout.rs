@@ -303,9 +303,7 @@ impl BucketParams {
         let tick = now_ns >> shift;
         let into = now_ns & self.masks.into;
         let rate = self.rate as u128;
-        // Rounded up, by shifting: `into × rate` is below 2^127, so the addition cannot overflow;
-        // and `into` is below `2^shift`, so `d` is at most `rate`, a word.
-        let d = ((into as u128 * rate + self.masks.into as u128) >> shift) as u64 as u128;
+        let d = part_of_tick(into, self.rate, shift) as u128;
         let fraction = (1u64 << RATE_FRAC) - 1;
         let low = tick.wrapping_mul(self.rate) & fraction;
         let mut k = 0u64;
@@ -361,4 +359,15 @@ impl BucketParams {
             ns as u64
         }
     }
+}
+
+/// `ceil(into × rate / 2^shift)` for `into` below `2^shift`: the refill of the first `into` ns of
+/// a tick, in `2^-RATE_FRAC` of a unit, at most `rate`. The high word of one product (`into` moved
+/// to the top of a word, where it fits), up one where the low word is not zero: no wide shift, on
+/// the path of an admission to a full bucket, whose compare-and-swap waits for it.
+#[inline(always)]
+pub(crate) const fn part_of_tick(into: u64, rate: u64, shift: u32) -> u64 {
+    let top = (into << 1) << (63 - (shift & 63));
+    let product = top as u128 * rate as u128;
+    (product >> 64) as u64 + (product as u64 != 0) as u64
 }

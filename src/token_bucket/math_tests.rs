@@ -184,6 +184,23 @@ mod properties {
             prop_assert_eq!(p.rephase(now), rephase_on_absolute_positions(&p, now));
         }
 
+        /// The part of a tick's refill from one product is the wide one shifted down, rounded up;
+        /// exactly divisible products included (a floor there would differ only at a unit's
+        /// boundary, which the re-phase rarely meets).
+        #[test]
+        fn the_part_of_a_tick_is_the_wide_quotient(
+            shift in 0u32..64,
+            into in any::<u64>(),
+            rate in any::<u64>(),
+            exact in any::<bool>(),
+        ) {
+            let into = if shift == 0 { 0 } else { into >> (64 - shift) };
+            // Half the cases on a product that 2^shift divides.
+            let rate = if exact { rate & (u64::MAX << shift) } else { rate };
+            let wide = (into as u128 * rate as u128).div_ceil(1u128 << shift);
+            prop_assert_eq!(u128::from(part_of_tick(into, rate, shift)), wide);
+        }
+
         /// A tick refills at least half a unit, whatever the quota.
         #[test]
         fn a_tick_refills_half_a_unit(q in any_quota()) {
