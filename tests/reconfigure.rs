@@ -107,7 +107,8 @@ fn against_the_model<A: Retunable + Continuous + 'static>(
 /// Runs `ops` through a limiter (`check`, and `set`, which changes the quota at `now` and answers
 /// the quota now in force), giving each answer within the burst to `judge`, and checks that since
 /// each change admissions never exceed what the quota in force allows (burst + elapsed × rate).
-/// `edge` answers how far from `now` an `Op::Edge` checks (0 without a model).
+/// `edge` answers how long from `now` until the model holds what an `Op::Edge` asks (0 without a
+/// model): the check falls then, or one nanosecond before for the side that must refuse.
 fn within_the_quota(
     quotas: &[Quota],
     ops: &[Op],
@@ -128,7 +129,12 @@ fn within_the_quota(
             }
             Op::Check(n) | Op::Edge(n, _) => {
                 if let Op::Edge(_, after) = *op {
-                    clock.advance_nanos(edge(now, n, after));
+                    let until = edge(now, n, after);
+                    clock.advance_nanos(if after {
+                        until
+                    } else {
+                        until.saturating_sub(1)
+                    });
                     now = clock.now();
                 }
                 let d = check(n);
@@ -164,10 +170,7 @@ proptest! {
     fn checks_and_changes_match_the_exact_model((quotas, ops) in run()) {
         let model = Model::new(&quotas[0], START);
         // Admitted from the very nanosecond the model holds the tokens, not one before.
-        let edge = |m: &mut Model, now, n, after: bool| {
-            let until = m.ns_until(now, i128::from(n) * m.per());
-            if after { until } else { until.saturating_sub(1) }
-        };
+        let edge = |m: &mut Model, now, n, _| m.ns_until(now, i128::from(n) * m.per());
         against_the_model::<GcraAlgorithm>(&quotas, &ops, model, edge,
             |m, now, q, proportional| m.reconfigured(now, q, proportional),
             |d, model, now, n| {
@@ -277,19 +280,12 @@ fn bucket_against_the_model(quotas: &[Quota], ops: &[Op]) -> Result<(), TestCase
     // The lag the changes so far added, in the current model's units.
     let carried = std::cell::Cell::new(0i128);
     let model = Model::new(&quotas[0], START).finer(FINE);
+    // The most the bucket may trail the model by now, in its units.
+    let lag = |m: &Model| carried.get() + grid_lag(&quota.get(), m);
     // Not one nanosecond early; admitted once the model holds the tokens and the lag.
     let edge = |m: &mut Model, now, n, after: bool| {
-        let lag = if after {
-            carried.get() + grid_lag(&quota.get(), m)
-        } else {
-            0
-        };
-        let until = m.ns_until(now, i128::from(n) * m.per() + lag);
-        if after {
-            until
-        } else {
-            until.saturating_sub(1)
-        }
+        let slack = if after { lag(m) } else { 0 };
+        m.ns_until(now, i128::from(n) * m.per() + slack)
     };
     let reconfigure = |m: &mut Model, now, q: &Quota, proportional| {
         let next = m.reconfigured_above(now, q, proportional, FINE);
@@ -313,7 +309,7 @@ fn bucket_against_the_model(quotas: &[Quota], ops: &[Op]) -> Result<(), TestCase
             num,
             den
         );
-        let lag = carried.get() + grid_lag(&quota.get(), model);
+        let lag = lag(model);
         prop_assert!(
             d.is_allowed() || num < i128::from(n) * den + lag,
             "refused {} at {} with {}/{} tokens, a lag of {} allowed",

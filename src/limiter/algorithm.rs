@@ -39,8 +39,8 @@ pub trait Retunable: Algorithm + engine::Carried {}
 ///
 /// A token bucket counts in 1/1024ths of a token, so each change may leave it a little behind the
 /// exact carry: under two 1/1024ths of the new quota's period, as time (and a tick of its grid
-/// when left near empty), plus what it trailed by before. That is time, not tokens: a lag of a slow quota carried into a fast one can be most of
-/// a token of the fast one.
+/// when left near empty), plus what it trailed by before. That is time, not tokens: a lag of a
+/// slow quota carried into a fast one can be most of a token of the fast one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Carry {
     /// The debt, as time: the limiter is full again at the same instant as before. A client that

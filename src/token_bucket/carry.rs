@@ -31,11 +31,10 @@ pub(crate) fn carry(
 ) -> u64 {
     // A fresh reading: the change read the clock after it took the word.
     let exact = match refilled(word, now_ns, from, Reading::Fresh) {
-        // Full on the grid is full: the exact bucket never holds less than the grid.
-        Some((_, held, _)) if held >= from.cap => return to.full(now_ns),
         Some((base, held, _)) => {
             let uncounted = from.position_past(now_ns, base).max(0);
             let debt = (i128::from(from.cap - held) << RATE_FRAC) - uncounted;
+            // Full on the grid (`held` is at most the cap) or by the exact count: full.
             if debt <= 0 {
                 return to.full(now_ns);
             }

@@ -235,6 +235,7 @@ impl BucketParams {
     /// How far the exact refill position of `now_ns` (`now × rate / tick`) lies past the whole
     /// units counted at tick `from`, in `2^-RATE_FRAC` of a unit: negative for a tick whose units
     /// are past it (a stamp ahead). Held tokens plus this is the exact bucket the word stands for.
+    #[inline]
     pub(crate) const fn position_past(&self, now_ns: u64, from: u128) -> i128 {
         // Below 2^128 (a reading and the rate are words), and shifted down by at least nothing;
         // a tick below 2^65 keeps the units below 2^75, so both fit an `i128`.

@@ -108,10 +108,9 @@ pub(super) const fn refilled_rare(
             (now_tick as u128, tokens + refill, now_tick)
         } else {
             // Near the cap: is the *exact* bucket full? (Surely, if the grid already is.)
-            let exact = now_ns as u128 * p.rate as u128;
             let full = refill >= p.cap - tokens
-                || ((tokens as u128) << RATE_FRAC) + (exact >> p.shift) - (from_units << RATE_FRAC)
-                    >= (p.cap as u128) << RATE_FRAC;
+                || ((tokens as i128) << RATE_FRAC) + p.position_past(now_ns, stamp_abs as u128)
+                    >= (p.cap as i128) << RATE_FRAC;
             if full {
                 full_at(now_ns, p)
             } else {
