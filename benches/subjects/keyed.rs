@@ -2,7 +2,7 @@
 //! them, each a loop over one thread's range of keys.
 
 use super::{Kind, Subject, coarse, governor_coarse_clock, nz, open_quota, subject};
-use atomic_limiter::keyed::{KeyHasher, LockFreeStore};
+use atomic_limiter::keyed::{FlatStore, KeyHasher, KeyedStore, LockFreeStore, Relocate, Retired};
 use atomic_limiter::{Gcra, QuantaClock, Quota};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -162,6 +162,8 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
         }),
         // The same on a table made for one-word keys instead of dashmap: no lock.
         probe_floor("floor: clock read + lock-free probe + CAS", keys),
+        // The default store's own lookup, its slots holding a bare word instead of an entry.
+        flat_floor("floor: clock read + default store lookup + CAS", keys),
         keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
             black_box(&ours).check_key(k).is_allowed()
         }),
@@ -296,6 +298,34 @@ fn probe_floor(name: &'static str, keys: u64) -> Subject {
             }
             i = (i + 1) & mask;
         }
+    })
+}
+
+/// A bare state word, as a floor's value in the default store: moved by a plain copy (the floor
+/// grows its table only while its keys are created, with no check running).
+struct Word(AtomicU64);
+
+impl Relocate for Word {
+    fn relocate(&self, _: &Retired) -> Word {
+        Word(AtomicU64::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+/// What the default store itself costs a check: its lookup (a check section, the probe of its
+/// 32-byte slots by tag and key, the retired flag), a clock read and one CAS on the word found,
+/// deciding nothing. Its slots hold a bare word where the default store's hold an entry (the word
+/// and the key's limiter); slot size, load and growth are the store's own.
+fn flat_floor(name: &'static str, keys: u64) -> Subject {
+    let store: FlatStore<u64, Word> = FlatStore::with_hasher(KeyHasher::new());
+    let clock = QuantaClock::new();
+    keyed_loop(name, Kind::Floor, keys, move |k| {
+        use atomic_limiter::Clock;
+        store
+            .with_existing(k, |w, _| take_word(&w.0, clock.now()))
+            .unwrap_or_else(|| {
+                store.with_inserted(*k, || Word(AtomicU64::new(0)), |_, _| ());
+                false
+            })
     })
 }
 

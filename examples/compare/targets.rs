@@ -450,8 +450,10 @@ fn keyed(targets: &mut Vec<Target>, keys: u64, one: &[Series], two: &[Series]) {
             // What the row stands on, in one loop over the same keys, against governor's check:
             // the least an atomic check does on a table of probed slots that takes no lock, as
             // the default store is (the clock read, the probe for the key's word and one CAS on
-            // it, on 16-byte slots made for u64 keys); and the same on dashmap (under a shard's
-            // read lock), with and without the CAS.
+            // it, on 16-byte slots made for u64 keys); the same through the default store's own
+            // lookup, on its 32-byte slots holding a bare word (what a check on the store costs
+            // before its limiter decides anything); and on dashmap (under a shard's read lock),
+            // with and without the CAS.
             let floor = |parts: &str| {
                 fastest(find(one, &format!("floor: {parts}"))) / median(&find(one, gov).samples)
             };
@@ -469,6 +471,15 @@ fn keyed(targets: &mut Vec<Target>, keys: u64, one: &[Series], two: &[Series]) {
                     floor("clock read + lock-free probe + CAS"),
                 ),
             );
+            targets.push(target(
+                &format!(
+                    "    on the default store: clock read + its lookup + CAS / governor keyed, \
+                     {keys} key(s)"
+                ),
+                floor("clock read + default store lookup + CAS"),
+                None,
+                None,
+            ));
             targets.push(target(
                 &format!(
                     "    on dashmap: clock read + dashmap get + CAS / governor keyed, {keys} key(s)"
