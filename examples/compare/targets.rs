@@ -87,6 +87,20 @@ impl Target {
         }
     }
 
+    /// The ratio as printed: to two decimals, or as many more as it takes (up to five) for a
+    /// missed target not to read as its goal ("2.00x missed (>= 2)" is 1.996x).
+    pub(crate) fn shown(&self) -> String {
+        let meets = |r: f64| match self.limit {
+            Some(Limit::AtMost(m)) => r <= m,
+            Some(Limit::AtLeast(m)) => r >= m,
+            None => true,
+        };
+        (2..=5)
+            .map(|p| format!("{:.p$}", self.ratio))
+            .find(|s| self.met() || !s.parse().is_ok_and(meets))
+            .unwrap_or_else(|| format!("{:.5}", self.ratio))
+    }
+
     /// Whether the goal lies past the bound (then no check of that kind meets it on this
     /// machine); `None` without a bound.
     pub(crate) fn goal_past_bound(&self) -> Option<bool> {
@@ -114,7 +128,7 @@ pub(crate) fn print_targets(targets: &[Target], contended_ratios: &[(usize, f64,
             Some(_) if t.met() => format!("met ({})", t.goal()),
             Some(_) => format!("missed ({})", t.goal()),
         };
-        println!("  {:<w$} {:>7.2}x  {verdict}", t.what, t.ratio);
+        println!("  {:<w$} {:>7}x  {verdict}", t.what, t.shown());
         if let (Some(b), Some(limit), Some(past)) = (&t.bound, t.limit, t.goal_past_bound()) {
             let note = match (past, limit) {
                 (true, Limit::AtMost(_)) => "the target lies below this floor".to_string(),
