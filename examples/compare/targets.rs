@@ -78,26 +78,27 @@ impl Target {
         }
     }
 
-    /// Whether the ratio meets the goal (a ratio with none always does).
-    pub(crate) fn met(&self) -> bool {
+    /// Whether `ratio` would meet the goal (every ratio meets none).
+    fn meets(&self, ratio: f64) -> bool {
         match self.limit {
-            Some(Limit::AtMost(m)) => self.ratio <= m,
-            Some(Limit::AtLeast(m)) => self.ratio >= m,
+            Some(Limit::AtMost(m)) => ratio <= m,
+            Some(Limit::AtLeast(m)) => ratio >= m,
             None => true,
         }
+    }
+
+    /// Whether the ratio meets the goal (a ratio with none always does).
+    pub(crate) fn met(&self) -> bool {
+        self.meets(self.ratio)
     }
 
     /// The ratio as printed: to two decimals, or as many more as it takes (up to five) for a
     /// missed target not to read as its goal ("2.00x missed (>= 2)" is 1.996x).
     pub(crate) fn shown(&self) -> String {
-        let meets = |r: f64| match self.limit {
-            Some(Limit::AtMost(m)) => r <= m,
-            Some(Limit::AtLeast(m)) => r >= m,
-            None => true,
-        };
+        let met = self.met();
         (2..=5)
             .map(|p| format!("{:.p$}", self.ratio))
-            .find(|s| self.met() || !s.parse().is_ok_and(meets))
+            .find(|s| met || !s.parse().is_ok_and(|r| self.meets(r)))
             .unwrap_or_else(|| format!("{:.5}", self.ratio))
     }
 
