@@ -6,16 +6,18 @@ use atomic_limiter::keyed::{FlatStore, KeyHasher, KeyedStore, LockFreeStore, Rel
 use atomic_limiter::{Gcra, QuantaClock, Quota};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 impl Subject {
     /// Creates the `keys` keys of a thread's range (keyed subjects): range 0 is the keys of the
     /// runs on one thread, range 1 those of the second thread on distinct keys. They are created
     /// in an order of their own, unrelated to the order the timed runs visit them in
-    /// ([`KeyCycle`]).
+    /// ([`KeyCycle`]), which is made here too, outside any timing.
     pub fn run_keys_warm(&self, keys: u64, range: u64) {
         INSERTING.with(|r| r.set(Some(range)));
         black_box((self.run)(keys));
         INSERTING.with(|r| r.set(None));
+        timed_order(range, keys);
     }
 }
 
@@ -34,13 +36,16 @@ fn thread_index() -> u64 {
 /// ([`Subject::run_keys_warm`]): a store that allocates each entry on its own lays them out in
 /// memory in the order they were created, and visited in that same order it would read memory
 /// almost in sequence, which the hardware prefetches (measured: the lock-free store's check at
-/// 100 000 keys took about a third of its time in an unrelated order). The order is worked out
-/// once per thread and key count, outside any timing, and each run goes on where the thread's
-/// last run stopped, so that runs shorter than a round still visit every key in turn rather than
-/// the first few again. A step reads the next key from the order (no division: a `%` per step
-/// would cost both subjects several nanoseconds, and compress their ratio towards 1).
+/// 100 000 keys took about a third of its time in an unrelated order). The order is worked out once
+/// per key range and count, when the keys are created, and shared by every thread that runs over
+/// that range. A shuffle made inside a timed run would be counted: on two threads in every run
+/// (each run starts threads of its own; 0.3 to 1 ms at 100 000 keys), and on one thread in the
+/// first run of the first subject, the one that sets how long its runs are. Each run goes on where
+/// the thread's last run stopped, so that runs shorter than a round still visit every key in turn
+/// rather than the first few again. A step reads the next key from the order (no division: a `%`
+/// per step would cost both subjects several nanoseconds, and compress their ratio towards 1).
 struct KeyCycle {
-    order: std::rc::Rc<[u64]>,
+    order: Arc<[u64]>,
     i: usize,
     /// Creating the keys: a one-off order, not the timed runs' (its position is not kept).
     inserting: bool,
@@ -65,18 +70,33 @@ fn shuffled(base: u64, keys: u64, seed: u64) -> Vec<u64> {
     order
 }
 
+/// The timed runs' order over key range `range` of `keys` keys: made on first asking, then
+/// shared.
+fn timed_order(range: u64, keys: u64) -> Arc<[u64]> {
+    /// An order made: its range, its key count, the order.
+    type Made = (u64, u64, Arc<[u64]>);
+    static ORDERS: Mutex<Vec<Made>> = Mutex::new(Vec::new());
+    let mut orders = ORDERS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, order)) = orders.iter().find(|(r, k, _)| (*r, *k) == (range, keys)) {
+        return order.clone();
+    }
+    let order: Arc<[u64]> = Arc::from(shuffled(range * keys, keys, 0x9e37_79b9_7f4a_7c15));
+    orders.push((range, keys, order.clone()));
+    order
+}
+
 thread_local! {
-    /// The last order made on this thread (its key count, the order) and where the last run
+    /// The order this thread ran over last (its key count, the order) and where its last run
     /// stopped in it.
-    static CYCLE: std::cell::RefCell<(u64, std::rc::Rc<[u64]>, usize)> =
-        std::cell::RefCell::new((0, std::rc::Rc::from(Vec::new()), 0));
+    static CYCLE: std::cell::RefCell<(u64, Arc<[u64]>, usize)> =
+        std::cell::RefCell::new((0, Arc::from(Vec::new()), 0));
 }
 
 impl KeyCycle {
     fn new(keys: u64) -> KeyCycle {
         if let Some(range) = INSERTING.with(|r| r.get()) {
             return KeyCycle {
-                order: std::rc::Rc::from(shuffled(range * keys, keys, 0x2545_f491_4f6c_dd1d)),
+                order: Arc::from(shuffled(range * keys, keys, 0x2545_f491_4f6c_dd1d)),
                 i: 0,
                 inserting: true,
             };
@@ -84,9 +104,7 @@ impl KeyCycle {
         CYCLE.with(|c| {
             let mut c = c.borrow_mut();
             if c.0 != keys || c.1.is_empty() {
-                let base = thread_index() * keys;
-                let order = shuffled(base, keys, 0x9e37_79b9_7f4a_7c15);
-                *c = (keys, std::rc::Rc::from(order), 0);
+                *c = (keys, timed_order(thread_index(), keys), 0);
             }
             KeyCycle {
                 order: c.1.clone(),
