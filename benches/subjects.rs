@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 #[path = "subjects/keyed.rs"]
-mod keyed;
+pub mod keyed;
 pub use keyed::keyed_subjects;
 
 /// parking_lot's mutex as a baseline lock.

@@ -233,6 +233,26 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     ]
 }
 
+/// The keyed subjects of a run over so many keys that every table outgrows the cache (a check
+/// then waits on memory): ours on the default store, governor's keyed limiter, and the default
+/// store's own lookup under them. One thread, one quota; no other store, so that the run's
+/// memory stays a few hundred megabytes.
+pub fn keyed_past_cache_subjects(keys: u64) -> Vec<Subject> {
+    let q = open_quota();
+    let gov_q = governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST));
+    let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 24);
+    let gov = governor::RateLimiter::keyed(gov_q);
+    vec![
+        flat_floor("floor: clock read + default store lookup + CAS", keys),
+        keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
+            black_box(&ours).check_key(k).is_allowed()
+        }),
+        keyed_loop("governor keyed check_key", Kind::Peer, keys, move |k| {
+            black_box(&gov).check_key(k).is_ok()
+        }),
+    ]
+}
+
 /// A floor's admission on a key's word: one CAS to the reading, with the orderings an admission
 /// uses, deciding nothing.
 #[inline(always)]
