@@ -137,9 +137,8 @@ impl Drop for KeyCycle {
 /// ours against governor's keyed limiter, both with a quota nothing hits.
 pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
     let q = open_quota();
-    let gov_q = governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST));
-    // The default store.
-    let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 24);
+    let gov_q = governor_open_quota();
+    // The default store (on the default clock: `default_store_loop`).
     let ours_coarse = atomic_limiter::Keyed::gcra_with_clock(q, 1 << 24, coarse());
     // The other stores: dashmap (a shard's read lock a lookup) and papaya (no lock).
     let dash = table_on(
@@ -161,7 +160,6 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
         move |_| q,
         move |q| Gcra::with_clock(q, clock.clone()),
     );
-    let gov = governor::RateLimiter::keyed(gov_q);
     let gov_coarse = governor::RateLimiter::dashmap_with_clock(gov_q, governor_coarse_clock());
     // Batches of checks through one pinned handle of the lock-free store.
     let free_pinned = table_on(
@@ -182,9 +180,7 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
         probe_floor("floor: clock read + lock-free probe + CAS", keys),
         // The default store's own lookup, its slots holding a bare word instead of an entry.
         flat_floor("floor: clock read + default store lookup + CAS", keys),
-        keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
-            black_box(&ours).check_key(k).is_allowed()
-        }),
+        default_store_loop(keys),
         keyed_loop(
             "Keyed<u64, Gcra>, dashmap store",
             Kind::Ours,
@@ -221,9 +217,7 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
             keys,
             move |k| black_box(&ours_fn).check_key(k).is_allowed(),
         ),
-        keyed_loop("governor keyed check_key", Kind::Peer, keys, move |k| {
-            black_box(&gov).check_key(k).is_ok()
-        }),
+        governor_loop(keys),
         keyed_loop(
             "governor keyed check_key + coarse clock",
             Kind::Peer,
@@ -238,19 +232,32 @@ pub fn keyed_subjects(keys: u64) -> Vec<Subject> {
 /// store's own lookup under them. One thread, one quota; no other store, so that the run's
 /// memory stays a few hundred megabytes.
 pub fn keyed_past_cache_subjects(keys: u64) -> Vec<Subject> {
-    let q = open_quota();
-    let gov_q = governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST));
-    let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(q, 1 << 24);
-    let gov = governor::RateLimiter::keyed(gov_q);
     vec![
         flat_floor("floor: clock read + default store lookup + CAS", keys),
-        keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
-            black_box(&ours).check_key(k).is_allowed()
-        }),
-        keyed_loop("governor keyed check_key", Kind::Peer, keys, move |k| {
-            black_box(&gov).check_key(k).is_ok()
-        }),
+        default_store_loop(keys),
+        governor_loop(keys),
     ]
+}
+
+/// Governor's quota nothing hits, as [`open_quota`] is ours.
+fn governor_open_quota() -> governor::Quota {
+    governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST))
+}
+
+/// Ours as a user gets it: `Keyed<u64, Gcra>` on the default store and clock.
+fn default_store_loop(keys: u64) -> Subject {
+    let ours = atomic_limiter::Keyed::<u64, Gcra>::gcra(open_quota(), 1 << 24);
+    keyed_loop("Keyed<u64, Gcra>", Kind::Ours, keys, move |k| {
+        black_box(&ours).check_key(k).is_allowed()
+    })
+}
+
+/// Governor's keyed limiter on its default clock.
+fn governor_loop(keys: u64) -> Subject {
+    let gov = governor::RateLimiter::keyed(governor_open_quota());
+    keyed_loop("governor keyed check_key", Kind::Peer, keys, move |k| {
+        black_box(&gov).check_key(k).is_ok()
+    })
 }
 
 /// A floor's admission on a key's word: one CAS to the reading, with the orderings an admission

@@ -480,9 +480,11 @@ fn keyed(
             // lookup, on its 32-byte slots holding a bare word (what a check on the store costs
             // before its limiter decides anything); and on dashmap (under a shard's read lock),
             // with and without the CAS.
-            let floor = |parts: &str| {
-                fastest(find(one, &format!("floor: {parts}"))) / median(&find(one, gov).samples)
+            let floor_in = |series: &[Series], parts: &str| {
+                fastest(find(series, &format!("floor: {parts}")))
+                    / median(&find(series, gov).samples)
             };
+            let floor = |parts: &str| floor_in(one, parts);
             targets.push(
                 target(
                     &format!(
@@ -540,8 +542,7 @@ fn keyed(
                         "      there, the default store's lookup: clock read + its lookup + CAS \
                          / governor keyed, {past_keys} key(s)"
                     ),
-                    fastest(find(past, "floor: clock read + default store lookup + CAS"))
-                        / median(&find(past, gov).samples),
+                    floor_in(past, "clock read + default store lookup + CAS"),
                     None,
                     None,
                 ));
