@@ -4,7 +4,7 @@ use super::layout::*;
 use super::refill::*;
 use crate::clock::Reading;
 use crate::decision::bucket::BucketFigures;
-use crate::decision::bucket::{RATE_FRAC, UNIT, div_ceil_wide};
+use crate::decision::bucket::{RATE_FRAC, UNIT, div_ceil_wide, shl_fits};
 use crate::quota::Quota;
 use core::time::Duration;
 
@@ -26,6 +26,34 @@ fn a_wide_ceiling_division_is_the_exact_one() {
                 let x = (u128::from(hi) << 64) | u128::from(lo);
                 assert_eq!(div_ceil_wide(x, d), x.div_ceil(u128::from(d)), "{x} / {d}");
             }
+        }
+    }
+}
+
+/// The shift test the retry-after uses agrees with the bit count it replaces, at every shift and
+/// at both sides of each bound.
+#[test]
+fn a_shift_fits_exactly_when_the_leading_zeros_allow_it() {
+    for shift in 0..=63u32 {
+        let bound = 1u128
+            .checked_shl(128 - shift)
+            .map(|b| b - 1)
+            .unwrap_or(u128::MAX);
+        for x in [
+            0,
+            1,
+            u128::from(u64::MAX),
+            1 << 64,
+            bound >> 1,
+            bound,
+            bound.wrapping_add(1),
+            u128::MAX,
+        ] {
+            assert_eq!(
+                shl_fits(x, shift),
+                x.leading_zeros() >= shift,
+                "{x} << {shift}"
+            );
         }
     }
 }
