@@ -44,14 +44,33 @@ impl Relocate for Counted {
     }
 }
 
+/// The id held for `key`, looked up both ways a check can: the lookup with work run before it
+/// (a check's clock read) finds what the plain one does, runs that work once whether or not the
+/// key is there, and hands its answer on.
 fn found(store: &FlatStore<u64, Counted>, key: u64) -> Option<u64> {
-    store.with_existing(&key, |v, retired| {
+    let id = store.with_existing(&key, |v, retired| {
         assert!(
             retired.is_some(),
             "the flat store's checks run beside its changes"
         );
         v.id
-    })
+    });
+    let mut ran = 0;
+    let after = store.with_existing_after(
+        &key,
+        || {
+            ran += 1;
+            key ^ 0x5a5a
+        },
+        |v, retired, first| {
+            assert!(retired.is_some());
+            assert_eq!(first, key ^ 0x5a5a, "the work's answer is handed on");
+            v.id
+        },
+    );
+    assert_eq!(ran, 1, "the work before a lookup runs once, found or not");
+    assert_eq!(after, id, "both lookups find the same entry");
+    id
 }
 
 /// Ten thousand keys in (the table grows from 16 slots through ten doublings), every third

@@ -357,8 +357,8 @@ impl Relocate for Word {
 }
 
 /// What the default store itself costs a check: its lookup (a check section, the probe of its
-/// 32-byte slots by tag and key, the retired flag), a clock read and one CAS on the word found,
-/// deciding nothing. Its slots hold a bare word where the default store's hold an entry (the word
+/// 32-byte slots by tag and key, the retired flag), a clock read made while the slot is fetched,
+/// as a check's is, and one CAS on the word found, deciding nothing. Its slots hold a bare word where the default store's hold an entry (the word
 /// and the key's limiter); slot size, load and growth are the store's own.
 fn flat_floor(name: &'static str, keys: u64) -> Subject {
     let store: FlatStore<u64, Word> = FlatStore::with_hasher(KeyHasher::new());
@@ -366,7 +366,7 @@ fn flat_floor(name: &'static str, keys: u64) -> Subject {
     keyed_loop(name, Kind::Floor, keys, move |k| {
         use atomic_limiter::Clock;
         store
-            .with_existing(k, |w, _| take_word(&w.0, clock.now()))
+            .with_existing_after(k, || clock.now(), |w, _, now| take_word(&w.0, now))
             .unwrap_or_else(|| {
                 store.with_inserted(*k, || Word(AtomicU64::new(0)), |_, _| ());
                 false

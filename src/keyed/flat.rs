@@ -346,6 +346,20 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> KeyedStore<K, V> for Fla
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.with_existing_after(key, || (), |v, retired, ()| f(v, retired))
+    }
+
+    #[inline(always)]
+    fn with_existing_after<Q, T, R>(
+        &self,
+        key: &Q,
+        first: impl FnOnce() -> T,
+        f: impl FnOnce(&V, Option<&Retired>, T) -> R,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let hash = self.hash(key);
         // Opened before the table's pointer is read: a table or slot unlinked after this is
         // freed only once the section has closed.
@@ -353,6 +367,8 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> KeyedStore<K, V> for Fla
         // Acquire: pairs with the Release that published the table: its slots as filled.
         // SAFETY: a table is freed only after a grace period that this open section holds off.
         let mut table = unsafe { &*self.table.load(Ordering::Acquire) };
+        table.prefetch(hash);
+        let t = first();
         let mut slot = table.at(table.find(hash, key)?);
         // Relaxed: a hint, as in `fill`'s readers: what decides is the check's own reading of
         // the flag, ordered by the entry's state word.
@@ -373,7 +389,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> KeyedStore<K, V> for Fla
             }
         }
         // SAFETY: found live; the section keeps the slot's contents until it closes.
-        Some(f(unsafe { slot.value() }, Some(&slot.retired)))
+        Some(f(unsafe { slot.value() }, Some(&slot.retired), t))
     }
 
     fn with_inserted<R>(

@@ -33,6 +33,25 @@ pub trait KeyedStore<K, V> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized;
 
+    /// [`KeyedStore::with_existing`], with `first` run before the lookup reads the key's slot and
+    /// its answer handed to `f`: a store that can send for the slot's cache line first (the
+    /// default store does) overlaps that wait with `first`, a check's clock read. `first` runs
+    /// whether or not the key is there. The provided method runs `first`, then looks up.
+    #[inline(always)]
+    fn with_existing_after<Q, T, R>(
+        &self,
+        key: &Q,
+        first: impl FnOnce() -> T,
+        f: impl FnOnce(&V, Option<&Retired>, T) -> R,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let t = first();
+        self.with_existing(key, |v, retired| f(v, retired, t))
+    }
+
     /// Runs `f` on the key's value, inserting `make()` first if it is absent, such that racing
     /// threads all see the one value that was inserted. Returns whether this call inserted it.
     fn with_inserted<R>(
@@ -68,6 +87,22 @@ pub(crate) trait Lookup<K, V> {
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized;
+
+    /// [`KeyedStore::with_existing_after`].
+    #[inline(always)]
+    fn look_up_after<Q, T, R>(
+        &self,
+        key: &Q,
+        first: impl FnOnce() -> T,
+        f: impl FnOnce(&V, Option<&Retired>, T) -> R,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let t = first();
+        self.look_up(key, |v, retired| f(v, retired, t))
+    }
 }
 
 /// A store's own lookups, each pinning what it needs for itself.
@@ -81,6 +116,20 @@ impl<K, V, M: KeyedStore<K, V>> Lookup<K, V> for PerLookup<'_, M> {
         Q: Hash + Eq + ?Sized,
     {
         self.0.with_existing(key, f)
+    }
+
+    #[inline(always)]
+    fn look_up_after<Q, T, R>(
+        &self,
+        key: &Q,
+        first: impl FnOnce() -> T,
+        f: impl FnOnce(&V, Option<&Retired>, T) -> R,
+    ) -> Option<R>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.0.with_existing_after(key, first, f)
     }
 }
 

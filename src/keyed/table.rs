@@ -327,15 +327,20 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 // lock: a load after a locked instruction waits for it, and the step under the
                 // lock and the decision after it would each read the pointer again.
                 let limiter: &L = first;
-                let reading = limiter.read_clock();
-                let seen = lookup.look_up(key, |e, retired| {
-                    // A change that began since the hint may have moved this key already, or be
-                    // moving it (retired).
-                    if !core::ptr::eq(&*e.limiter, limiter) {
-                        return None;
-                    }
-                    limiter.take_state_read(&e.state, n, retired.map(Retired::flag), reading)
-                });
+                // Read while the store fetches the key's slot, where it sends for it first (the
+                // default store does): the two waits overlap.
+                let seen = lookup.look_up_after(
+                    key,
+                    || limiter.read_clock(),
+                    |e, retired, reading| {
+                        // A change that began since the hint may have moved this key already, or
+                        // be moving it (retired).
+                        if !core::ptr::eq(&*e.limiter, limiter) {
+                            return None;
+                        }
+                        limiter.take_state_read(&e.state, n, retired.map(Retired::flag), reading)
+                    },
+                );
                 return match seen {
                     Some(Some(seen)) => match on_seen(limiter, seen) {
                         Some(answer) => answer,

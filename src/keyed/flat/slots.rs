@@ -173,6 +173,30 @@ impl<K, V> Table<K, V> {
         unsafe { self.slots.get_unchecked(i & self.mask()) }
     }
 
+    /// Sends for the cache lines of `hash`'s first two slots (the second is on the next line
+    /// when the first ends its own), so that the caller's work before its probe, a clock read,
+    /// overlaps the wait: written one after the other, the two waited in turn (`docs/design.md`,
+    /// section 6.2, has the figures). A hint only, compiled where it is a plain instruction
+    /// (x86-64).
+    #[inline(always)]
+    pub(super) fn prefetch(&self, hash: u64) {
+        #[cfg(all(target_arch = "x86_64", not(miri), not(atomic_limiter_loom)))]
+        {
+            use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let first: *const Slot<K, V> = self.at(hash as usize);
+            // Past the table's end for its last slot: a hint's address is never read.
+            let second = first.wrapping_add(1);
+            // SAFETY: a prefetch reads nothing the program can see and faults on no address;
+            // SSE, which it needs, is part of every x86-64 target.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(first.cast());
+                _mm_prefetch::<_MM_HINT_T0>(second.cast());
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri), not(atomic_limiter_loom))))]
+        let _ = hash;
+    }
+
     /// The index of `key`'s live slot, if it has one.
     #[inline(always)]
     pub(super) fn find<Q>(&self, hash: u64, key: &Q) -> Option<usize>
