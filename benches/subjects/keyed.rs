@@ -358,8 +358,9 @@ impl Relocate for Word {
 
 /// What the default store itself costs a check: its lookup (a check section, the probe of its
 /// 32-byte slots by tag and key, the retired flag), a clock read made while the slot is fetched,
-/// as a check's is, and one CAS on the word found, deciding nothing. Its slots hold a bare word where the default store's hold an entry (the word
-/// and the key's limiter); slot size, load and growth are the store's own.
+/// as a check's is, and one CAS on the word found, deciding nothing. Its slots hold a bare word
+/// where the default store's hold an entry (the word and the key's limiter); slot size, load and
+/// growth are the store's own.
 fn flat_floor(name: &'static str, keys: u64) -> Subject {
     let store: FlatStore<u64, Word> = FlatStore::with_hasher(KeyHasher::new());
     let clock = QuantaClock::new();

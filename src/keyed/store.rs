@@ -82,14 +82,7 @@ pub trait KeyedStore<K, V> {
 /// A key's lookup, as a check makes it: through the store, which pins what it needs for the one
 /// lookup ([`PerLookup`]), or through a pin held across checks ([`HeldPin`]).
 pub(crate) trait Lookup<K, V> {
-    /// [`KeyedStore::with_existing`].
-    fn look_up<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized;
-
     /// [`KeyedStore::with_existing_after`].
-    #[inline(always)]
     fn look_up_after<Q, T, R>(
         &self,
         key: &Q,
@@ -98,10 +91,16 @@ pub(crate) trait Lookup<K, V> {
     ) -> Option<R>
     where
         K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized;
+
+    /// [`KeyedStore::with_existing`].
+    #[inline(always)]
+    fn look_up<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
+    where
+        K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let t = first();
-        self.look_up(key, |v, retired| f(v, retired, t))
+        self.look_up_after(key, || (), |v, retired, ()| f(v, retired))
     }
 }
 
@@ -109,15 +108,6 @@ pub(crate) trait Lookup<K, V> {
 pub(crate) struct PerLookup<'a, M>(pub(crate) &'a M);
 
 impl<K, V, M: KeyedStore<K, V>> Lookup<K, V> for PerLookup<'_, M> {
-    #[inline(always)]
-    fn look_up<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        self.0.with_existing(key, f)
-    }
-
     #[inline(always)]
     fn look_up_after<Q, T, R>(
         &self,
@@ -358,11 +348,17 @@ impl<K, V, S> HeldPin<'_, K, V, S> {
 impl<K: Hash + Eq, V, S: BuildHasher> Lookup<K, V> for HeldPin<'_, K, V, S> {
     #[inline(always)]
     #[allow(unsafe_code)]
-    fn look_up<Q, R>(&self, key: &Q, f: impl FnOnce(&V, Option<&Retired>) -> R) -> Option<R>
+    fn look_up_after<Q, T, R>(
+        &self,
+        key: &Q,
+        first: impl FnOnce() -> T,
+        f: impl FnOnce(&V, Option<&Retired>, T) -> R,
+    ) -> Option<R>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        let t = first();
         let last = self.last.get().and_then(|(k, s)| {
             // SAFETY: both were read from the map through `self.guard`, which has not left its
             // epoch since (`renew` forgets them first) and is dropped only with `self`: papaya
@@ -383,7 +379,7 @@ impl<K: Hash + Eq, V, S: BuildHasher> Lookup<K, V> for HeldPin<'_, K, V, S> {
                 s
             }
         };
-        Some(f(&s.value, Some(&s.retired)))
+        Some(f(&s.value, Some(&s.retired), t))
     }
 }
 
