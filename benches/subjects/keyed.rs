@@ -58,7 +58,7 @@ thread_local! {
 
 /// `base .. base + keys`, shuffled by Fisher-Yates on a fixed xorshift sequence from `seed`: the
 /// same order every run.
-fn shuffled(base: u64, keys: u64, seed: u64) -> Vec<u64> {
+pub fn shuffled(base: u64, keys: u64, seed: u64) -> Vec<u64> {
     let mut order: Vec<u64> = (base..base + keys).collect();
     let mut x = seed;
     for i in (1..order.len()).rev() {
@@ -240,7 +240,7 @@ pub fn keyed_past_cache_subjects(keys: u64) -> Vec<Subject> {
 }
 
 /// Governor's quota nothing hits, as [`open_quota`] is ours.
-fn governor_open_quota() -> governor::Quota {
+pub fn governor_open_quota() -> governor::Quota {
     governor::Quota::per_second(nz(1_000_000_000)).allow_burst(nz(Quota::MAX_BURST))
 }
 
@@ -263,7 +263,7 @@ fn governor_loop(keys: u64) -> Subject {
 /// A floor's admission on a key's word: one CAS to the reading, with the orderings an admission
 /// uses, deciding nothing.
 #[inline(always)]
-fn take_word(w: &AtomicU64, now: u64) -> bool {
+pub fn take_word(w: &AtomicU64, now: u64) -> bool {
     let seen = w.load(Ordering::Acquire);
     w.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
@@ -348,7 +348,7 @@ fn probe_floor(name: &'static str, keys: u64) -> Subject {
 
 /// A bare state word, as a floor's value in the default store: moved by a plain copy (the floor
 /// grows its table only while its keys are created, with no check running).
-struct Word(AtomicU64);
+pub struct Word(pub AtomicU64);
 
 impl Relocate for Word {
     fn relocate(&self, _: &Retired) -> Word {

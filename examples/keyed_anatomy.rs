@@ -1,0 +1,229 @@
+//! What a keyed check over 100 000 keys is made of, rung by rung, in one process: the clock read,
+//! a bare table of 16-byte slots (a key and its word), a bare table of 32-byte slots laid out as
+//! the default store's, the default store's own lookup, the whole `Keyed<u64, Gcra>` check, and
+//! governor's keyed check. Each rung sends for the key's first two slots before it reads the
+//! clock, as the default store does, and ends in one CAS on the key's word; the bare tables decide nothing and
+//! never grow, move or free a key.
+//!
+//! The differences between rungs are the costs of the slot's size, of the store's machinery (its
+//! check section, its table pointer, the retired flag) and of the check's own work (the guard
+//! against a change of quota, the GCRA step, the decision). The last line asks what a store of
+//! 16-byte slots would give this check: the whole check less what the smaller slot saves, and the
+//! bare 16-byte table with only the check's own work on it.
+//!
+//! `cargo run --release --example keyed_anatomy`
+// The prefetch the rungs send for a slot with, as the default store does; each block argued.
+#![allow(unsafe_code)]
+
+// The benchmarks' subjects, for their keyed helpers only: the rest (a re-export among it) unused.
+#[allow(unused_imports)]
+#[path = "../benches/subjects.rs"]
+mod subjects;
+
+use atomic_limiter::keyed::{FlatStore, KeyHasher, KeyedStore};
+use atomic_limiter::{Clock, Keyed, QuantaClock};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+use subjects::keyed::{Word, governor_open_quota, shuffled, take_word};
+use subjects::open_quota;
+
+const KEYS: u64 = 100_000;
+/// The default store's table for 100 000 keys: the smallest power of two that holds them in
+/// seven eighths of its slots.
+const SLOTS: usize = 1 << 17;
+/// Timed passes over the keys per rung and round; the fastest counts.
+const PASSES: usize = 15;
+
+/// Sends for the cache line at `p`, as the default store sends for a key's first two slots.
+#[inline(always)]
+fn prefetch<T>(p: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing the program can see and faults on no address; SSE, which
+    // it needs, is part of every x86-64 target.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(p).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// A key and its word: the least a slot holds.
+#[repr(align(16))]
+struct Slot16 {
+    key: AtomicU64,
+    word: AtomicU64,
+}
+
+/// The default store's slot of a `u64` key: a tag, the key, the word and the key's limiter.
+#[repr(align(32))]
+struct Slot32 {
+    tag: AtomicU32,
+    key: AtomicU64,
+    word: AtomicU64,
+    _limiter: usize,
+}
+
+/// An empty `Slot16`.
+const VACANT: u64 = u64::MAX;
+
+/// The live tag of a key of hash `hash`, as the default store writes it.
+fn tag(hash: u64) -> u32 {
+    (hash >> 32) as u32 | 1 << 31
+}
+
+/// Nanoseconds per check of `check` over `order`: the fastest of `PASSES` passes, after one
+/// untimed pass that brings its table back into the caches the other rungs used.
+fn time(order: &[u64], check: &dyn Fn(u64) -> bool) -> f64 {
+    let mut admitted = 0u64;
+    for &k in order {
+        admitted += u64::from(check(k));
+    }
+    let mut best = f64::MAX;
+    for _ in 0..PASSES {
+        let start = Instant::now();
+        for &k in order {
+            admitted += u64::from(check(black_box(k)));
+        }
+        best = best.min(start.elapsed().as_nanos() as f64 / order.len() as f64);
+    }
+    black_box(admitted);
+    best
+}
+
+fn main() {
+    let hasher = KeyHasher::new();
+    let clock = QuantaClock::new();
+    let created = shuffled(0, KEYS, 0x2545_f491_4f6c_dd1d);
+    let order = shuffled(0, KEYS, 0x9e37_79b9_7f4a_7c15);
+    let mask = SLOTS - 1;
+
+    let small: Box<[Slot16]> = (0..SLOTS)
+        .map(|_| Slot16 {
+            key: AtomicU64::new(VACANT),
+            word: AtomicU64::new(0),
+        })
+        .collect();
+    let wide: Box<[Slot32]> = (0..SLOTS)
+        .map(|_| Slot32 {
+            tag: AtomicU32::new(0),
+            key: AtomicU64::new(0),
+            word: AtomicU64::new(0),
+            _limiter: 0,
+        })
+        .collect();
+    let store: FlatStore<u64, Word> = FlatStore::with_hasher(KeyHasher::new());
+    let keyed = Keyed::gcra_with_clock(open_quota(), 1 << 20, clock.clone());
+    let governor = governor::RateLimiter::keyed(governor_open_quota());
+    // Relaxed: one thread fills the tables before any rung runs.
+    for &k in &created {
+        let hash = hasher.hash_one(k);
+        let mut i = hash as usize & mask;
+        while small[i].key.load(Ordering::Relaxed) != VACANT {
+            i = (i + 1) & mask;
+        }
+        small[i].key.store(k, Ordering::Relaxed);
+        let mut i = hash as usize & mask;
+        while wide[i].tag.load(Ordering::Relaxed) != 0 {
+            i = (i + 1) & mask;
+        }
+        wide[i].key.store(k, Ordering::Relaxed);
+        wide[i].tag.store(tag(hash), Ordering::Relaxed);
+        store.with_inserted(k, || Word(AtomicU64::new(0)), |_, _| ());
+        let _ = keyed.check_key(&k);
+        let _ = governor.check_key(&k);
+    }
+
+    // Every key is in every table, so each probe ends at its key.
+    let rungs: [(&str, &dyn Fn(u64) -> bool); 6] = [
+        ("the clock read alone", &|k| black_box(clock.now() ^ k) != 0),
+        ("bare 16-byte slots: clock + probe + CAS", &|k| {
+            let mut i = hasher.hash_one(k) as usize & mask;
+            prefetch(&small[i]);
+            prefetch(&small[(i + 1) & mask]);
+            let now = clock.now();
+            loop {
+                let slot = &small[i];
+                // Acquire: as a store's lookup reads a slot's key.
+                if slot.key.load(Ordering::Acquire) == k {
+                    return take_word(&slot.word, now);
+                }
+                i = (i + 1) & mask;
+            }
+        }),
+        ("bare 32-byte slots: clock + probe + CAS", &|k| {
+            let hash = hasher.hash_one(k);
+            let want = tag(hash);
+            let mut i = hash as usize & mask;
+            prefetch(&wide[i]);
+            prefetch(&wide[(i + 1) & mask]);
+            let now = clock.now();
+            loop {
+                let slot = &wide[i];
+                // Acquire: as the default store reads a tag; Relaxed: the key it published.
+                if slot.tag.load(Ordering::Acquire) == want && slot.key.load(Ordering::Relaxed) == k
+                {
+                    return take_word(&slot.word, now);
+                }
+                i = (i + 1) & mask;
+            }
+        }),
+        ("the default store's lookup: clock + CAS", &|k| {
+            store
+                .with_existing_after(&k, || clock.now(), |w, _, now| take_word(&w.0, now))
+                .unwrap_or(false)
+        }),
+        ("Keyed<u64, Gcra>, the whole check", &|k| {
+            keyed.check_key(&k).is_allowed()
+        }),
+        ("governor keyed check_key", &|k| {
+            governor.check_key(&k).is_ok()
+        }),
+    ];
+    let rounds = 3;
+    let mut figures = vec![vec![]; rungs.len()];
+    for round in 0..rounds {
+        // Rotated, so that no rung always runs first.
+        for j in 0..rungs.len() {
+            let i = (j + round) % rungs.len();
+            figures[i].push(time(&order, rungs[i].1));
+        }
+    }
+    let best: Vec<f64> = figures
+        .iter()
+        .map(|f| f.iter().copied().fold(f64::MAX, f64::min))
+        .collect();
+    let [_, small_ns, wide_ns, store_ns, check_ns, gov_ns] = best[..] else {
+        unreachable!("six rungs")
+    };
+    println!(
+        "A keyed check over {KEYS} keys, one thread, keys in a scrambled order (ns per check,"
+    );
+    println!("the fastest of {rounds} rounds of {PASSES} passes; ratio: over governor's):");
+    for ((name, _), (f, b)) in rungs.iter().zip(figures.iter().zip(&best)) {
+        let rounds: Vec<String> = f.iter().map(|x| format!("{x:.1}")).collect();
+        println!(
+            "  {name:<42} {b:>6.1}  {:>5.2}x   rounds {}",
+            b / gov_ns,
+            rounds.join(" ")
+        );
+    }
+    println!("Its parts:");
+    for (part, ns) in [
+        ("the slot's size, 32 bytes against 16", wide_ns - small_ns),
+        ("the store's machinery", store_ns - wide_ns),
+        ("the check's own work", check_ns - store_ns),
+    ] {
+        println!("  {part:<42} {ns:>6.1}");
+    }
+    // The check's own work on the smaller slots, with the default store's machinery and with none.
+    let same = check_ns - (wide_ns - small_ns);
+    let none = small_ns + (check_ns - store_ns);
+    println!(
+        "A store of 16-byte slots would bring this check to about {same:.1} ns ({:.2}x governor's) \
+         with the default\nstore's machinery, and to {none:.1} ns ({:.2}x) with none at all.",
+        same / gov_ns,
+        none / gov_ns
+    );
+}
