@@ -70,7 +70,7 @@ where
     #[inline(always)]
     fn admit(&self, key: &K, cost: u32) -> Option<Checked<Self::Future>> {
         // On the one-quota path an admission builds no decision: `Some(None)` answers it.
-        let admitted = |first: &L, seen| first.admitted(seen, cost).then_some(None);
+        let admitted = |first: &L, seen| first.admitted(seen).then_some(None);
         let ready = |answer| Some(Checked::Ready(answer));
         self.check_key_via(&self.per_lookup(), key, cost, admitted, ready)
     }

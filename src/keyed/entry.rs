@@ -35,7 +35,7 @@ impl<L: KeyedLimiter> KeyEntry<L> {
             Some(retired) => self
                 .limiter
                 .take_state(&self.state, n, Some(retired.flag()))
-                .map(|seen| Ok(self.limiter.decision_of(seen, n))),
+                .map(|seen| Ok(self.limiter.decision_of(seen))),
         }
     }
 

@@ -19,7 +19,6 @@ use crate::decision::Decision;
 use crate::gcra::Gcra;
 use crate::keyed::due::DueQueue;
 use crate::keyed::store::{Lookup, PerLookup};
-use crate::limiter::shared::engine::Seen;
 use crate::quota::InsufficientCapacity;
 use crate::quota::Quota;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Backoff, Mutex, Ordering};
@@ -307,7 +306,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         lookup: &impl Lookup<K, KeyEntry<L>>,
         key: &Q,
         n: u32,
-        on_seen: impl FnOnce(&L, Seen) -> Option<R>,
+        on_seen: impl FnOnce(&L, L::Seen) -> Option<R>,
         finish: impl FnOnce(Result<Decision, InsufficientCapacity>) -> R,
     ) -> R
     where
@@ -344,7 +343,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
                 return match seen {
                     Some(Some(seen)) => match on_seen(limiter, seen) {
                         Some(answer) => answer,
-                        None => finish(Ok(limiter.decision_of(seen, n))),
+                        None => finish(Ok(limiter.decision_of(seen))),
                     },
                     Some(None) => finish(self.check_moved(key, n)),
                     None => finish(self.check_new(key, n, true)),
@@ -472,7 +471,7 @@ impl<K: Hash + Eq + Clone, L: KeyedLimiter, M: KeyedStore<K, KeyEntry<L>>> Keyed
         match self.store.with_existing(key, |e, retired| {
             first.take_state(&e.state, 1, retired.map(Retired::flag))
         }) {
-            Some(Some(seen)) => first.decision_of(seen, 1),
+            Some(Some(seen)) => first.decision_of(seen),
             _ => self.check_key(key),
         }
     }

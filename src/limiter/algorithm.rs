@@ -101,7 +101,7 @@ pub(crate) mod engine {
     /// out of the CAS loop in registers, and the 48-byte decision is built once, where it is used,
     /// instead of in the loop and copied out). Only the bucket's answer can ask for a fresh
     /// reading; for the others the shell's path for that request compiles away.
-    pub trait Answer<A>: Sized {
+    pub trait Answer<A>: Copy {
         /// Whether an answer of this type can ask for a fresh reading at all (known statically,
         /// so that code after the CAS loop can drop that path).
         const MAY_RECHECK: bool = false;

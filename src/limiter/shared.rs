@@ -25,20 +25,21 @@ pub(crate) mod engine {
     #[derive(Debug)]
     pub struct KeyState(pub(crate) StateCell);
 
-    /// What a check saw: the clock reading it decided at and the state word its final decision
-    /// was made on. The decision is a pure function of these two (and `n` and the quota), so it
-    /// can be worked out again after the map's lock is released.
+    /// What a check's transition answered: the step's own answer on the word it was final on,
+    /// and the clock reading it was made at. The decision is built from these two after the
+    /// map's lock is released, without running the step again.
     #[derive(Debug, Clone, Copy)]
-    pub struct Seen {
+    pub struct Seen<D> {
         now: u64,
-        word: u64,
-        /// Whether `now` was read after the word was loaded.
-        fresh: bool,
+        answer: D,
     }
 
     /// The keyed side of a limiter, out of the public API (the trait cannot be named outside the
     /// crate).
     pub trait KeyedEngine {
+        /// What [`KeyedEngine::take_state`] answers: a [`Seen`] of the algorithm's answer.
+        type Seen: Copy;
+
         /// A state that is full now, as a fresh limiter is.
         fn fresh_state(&self) -> KeyState;
 
@@ -57,7 +58,7 @@ pub(crate) mod engine {
             state: &KeyState,
             n: u32,
             retired: Option<&AtomicBool>,
-        ) -> Option<Seen> {
+        ) -> Option<Self::Seen> {
             self.take_state_read(state, n, retired, self.read_clock())
         }
 
@@ -72,14 +73,14 @@ pub(crate) mod engine {
             n: u32,
             retired: Option<&AtomicBool>,
             reading: u64,
-        ) -> Option<Seen>;
+        ) -> Option<Self::Seen>;
 
-        /// The decision [`KeyedEngine::check_state`] would have returned for what
-        /// [`KeyedEngine::take_state`] saw, with the same `n`.
-        fn decision_of(&self, seen: Seen, n: u32) -> Decision;
+        /// The decision [`KeyedEngine::check_state`] would have returned where
+        /// [`KeyedEngine::take_state`] answered `seen`.
+        fn decision_of(&self, seen: Self::Seen) -> Decision;
 
         /// Whether [`KeyedEngine::decision_of`] would admit, without building the decision.
-        fn admitted(&self, seen: Seen, n: u32) -> bool;
+        fn admitted(&self, seen: Self::Seen) -> bool;
 
         /// Gives back to the limiter's own state `n` tokens it admitted moments ago that were
         /// never used, never past full ([`Sharded`](crate::Sharded)'s gather, undone half-way).
@@ -101,6 +102,8 @@ pub(crate) mod engine {
     }
 
     impl<A: Continuous, C: Clock> KeyedEngine for Limiter<A, C> {
+        type Seen = Seen<A::Answer>;
+
         fn fresh_state(&self) -> KeyState {
             KeyState(StateCell::new(self.full_word()))
         }
@@ -122,7 +125,7 @@ pub(crate) mod engine {
             n: u32,
             retired: Option<&AtomicBool>,
             reading: u64,
-        ) -> Option<Seen> {
+        ) -> Option<Self::Seen> {
             let coarse = is_coarse(self.clock());
             let (seen, finished) = take_at(self, state, reading, n, false, coarse, retired)?;
             if finished {
@@ -133,22 +136,16 @@ pub(crate) mod engine {
                 .map(|(seen, _)| seen)
         }
 
-        /// The step is a pure function of the word and the reading: run again on the word the
-        /// final decision was made on, it gives that decision again.
+        /// The answer the CAS loop kept, built into a decision: the step is not run again.
         #[inline]
-        fn decision_of(&self, seen: Seen, n: u32) -> Decision {
-            match self.step(seen.now, n, seen.fresh)(seen.word) {
-                Step::Store(d, _) | Step::Keep(d) => {
-                    settle(d.decide(self.algorithm(), seen.now, self.clock().resolution()))
-                }
-            }
+        fn decision_of(&self, seen: Self::Seen) -> Decision {
+            let resolution = self.clock().resolution();
+            settle(seen.answer.decide(self.algorithm(), seen.now, resolution))
         }
 
         #[inline]
-        fn admitted(&self, seen: Seen, n: u32) -> bool {
-            match self.step(seen.now, n, seen.fresh)(seen.word) {
-                Step::Store(d, _) | Step::Keep(d) => d.is_allowed(),
-            }
+        fn admitted(&self, seen: Self::Seen) -> bool {
+            seen.answer.is_allowed()
         }
 
         fn give_back(&self, n: u32) {
@@ -183,8 +180,8 @@ pub(crate) mod engine {
     }
 
     /// [`KeyedEngine::take_state`] at a given reading: the step's CAS loop and outcome are exactly
-    /// `check_state`'s, answering with the word decided on instead of the decision, and whether
-    /// that decision is final (not a denial on a `coarse` clock, which is decided again).
+    /// `check_state`'s, answering with the step's answer instead of the decision, and whether
+    /// that answer is final (not a denial on a `coarse` clock, which is decided again).
     /// With a `retired` flag, `None` once it is set.
     #[inline(always)]
     fn take_at<A: Continuous, C: Clock>(
@@ -195,25 +192,28 @@ pub(crate) mod engine {
         fresh: bool,
         coarse: bool,
         retired: Option<&AtomicBool>,
-    ) -> Option<(Seen, bool)> {
+    ) -> Option<(Seen<A::Answer>, bool)> {
         let step = limiter.step(now, n, fresh);
-        let word = state.0.update(|w| {
+        let answer = state.0.update(|w| {
             if retired.is_some_and(is_retired) {
                 return Step::Keep(None);
             }
             match step(w) {
-                Step::Store(_, new) => Step::Store(Some(Ok((w, true))), new),
-                Step::Keep(d) if d.is_recheck() => Step::Keep(Some(Err(w))),
-                Step::Keep(d) => Step::Keep(Some(Ok((w, d.is_final(coarse))))),
+                Step::Store(d, new) => Step::Store(Some(Ok((d, true))), new),
+                Step::Keep(d) if d.is_recheck() => Step::Keep(Some(Err(d))),
+                Step::Keep(d) => {
+                    let finished = d.is_final(coarse);
+                    Step::Keep(Some(Ok((d, finished))))
+                }
             }
         })?;
-        Some(match word {
-            Ok((word, finished)) => (Seen { now, word, fresh }, finished),
+        Some(match answer {
+            Ok((answer, finished)) => (Seen { now, answer }, finished),
             // Only an answer that may ask for a fresh reading gets here.
             Err(_) if <A::Answer as Answer<A>>::MAY_RECHECK => {
                 (take_fresh(limiter, state, n, retired)?, true)
             }
-            Err(word) => (Seen { now, word, fresh }, true),
+            Err(answer) => (Seen { now, answer }, true),
         })
     }
 
@@ -226,24 +226,20 @@ pub(crate) mod engine {
         state: &KeyState,
         n: u32,
         retired: Option<&AtomicBool>,
-    ) -> Option<Seen> {
+    ) -> Option<Seen<A::Answer>> {
         let now = limiter.fresh_reading();
         let step = limiter.step(now, n, true);
-        let word = state.0.update(|w| {
+        let answer = state.0.update(|w| {
             if retired.is_some_and(is_retired) {
                 return Step::Keep(None);
             }
             match step(w) {
-                Step::Store(_, new) => Step::Store(Some(w), new),
-                Step::Keep(_) => Step::Keep(Some(w)),
+                Step::Store(d, new) => Step::Store(Some(d), new),
+                Step::Keep(d) => Step::Keep(Some(d)),
             }
         })?;
-        // A fresh reading is always decided on; were it not, the decision worked out from this
-        // word refuses (`settle`), and nothing was taken.
-        Some(Seen {
-            now,
-            word,
-            fresh: true,
-        })
+        // A fresh reading is always decided on; were it not, the decision built from this
+        // answer refuses (`settle`), and nothing was taken.
+        Some(Seen { now, answer })
     }
 }
