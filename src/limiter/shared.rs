@@ -4,7 +4,6 @@ use crate::limiter::Limiter;
 use crate::limiter::algorithm::engine::Answer;
 use crate::limiter::algorithm::{Carry, Continuous};
 use crate::limiter::retire::is_retired;
-use crate::limiter::retire::settle;
 use crate::rate_limiter::RateLimiter;
 use crate::state_cell::{StateCell, Step};
 use crate::sync::AtomicBool;
@@ -140,7 +139,8 @@ pub(crate) mod engine {
         #[inline]
         fn decision_of(&self, seen: Self::Seen) -> Decision {
             let resolution = self.clock().resolution();
-            settle(seen.answer.decide(self.algorithm(), seen.now, resolution))
+            seen.answer
+                .into_final(self.algorithm(), seen.now, resolution)
         }
 
         #[inline]
@@ -239,7 +239,7 @@ pub(crate) mod engine {
             }
         })?;
         // A fresh reading is always decided on; were it not, the decision built from this
-        // answer refuses (`settle`), and nothing was taken.
+        // answer refuses (`Answer::into_final` settles it), and nothing was taken.
         Some(Seen { now, answer })
     }
 }
