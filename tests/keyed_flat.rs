@@ -73,7 +73,7 @@ fn found(store: &FlatStore<u64, Counted>, key: u64) -> Option<u64> {
     id
 }
 
-/// Ten thousand keys in (the table grows from 16 slots through ten doublings), every third
+/// Ten thousand keys in (the table grows from 256 slots through six doublings), every third
 /// removed, every third replaced: each lookup finds what a `HashMap` would, `keys()` lists the
 /// keys held, and once `shrink_to_fit` has passed, only the values held are alive (those removed,
 /// replaced or moved away were dropped).
@@ -172,7 +172,7 @@ fn churn_at_a_steady_count_stays_bounded() {
 }
 
 /// Two threads check keys 0 to 63 (a burst of 100 000, a clock that never moves) while a third
-/// adds 20 000 keys, growing the table eleven times: each growth retires and copies the checked
+/// adds 20 000 keys, growing the table seven times: each growth retires and copies the checked
 /// entries under the checks. No admission is lost to a copy: for every key, the admissions
 /// counted and the tokens it has left add up to its burst.
 #[test]
@@ -258,34 +258,41 @@ impl std::hash::Hash for Fragile {
 fn a_panicking_hash_during_growth_leaves_the_store_whole() {
     let alive = Arc::new(AtomicUsize::new(0));
     let store: FlatStore<Fragile, Counted> = FlatStore::with_hasher(KeyHasher::new());
-    // 14 keys fill 16 slots to seven eighths: the 15th grows the table, hashing the 14 again.
-    for key in 0..14u64 {
+    // 224 keys fill the smallest table, 256 slots, to seven eighths: the 225th grows it, hashing
+    // the 224 again. (Under Miri the table starts at 16 slots and is 256 by then, as full.)
+    const FULL: u64 = 224;
+    const NEW: u64 = 1_000;
+    for key in 0..FULL {
         store.with_inserted(Fragile(key), || Counted::new(key, &alive), |_, _| ());
     }
     let before = format!("{store:?}");
-    // The 15th key is hashed once or twice before the growth: the 8th hash is the growth's,
+    let moves = |key| store.with_existing(&Fragile(key), |v, _| v.moves);
+    let moved_before: Vec<_> = (0..FULL).map(moves).collect();
+    // The new key is hashed once or twice before the growth: the 8th hash is the growth's,
     // after it has hashed (and, before the fix, copied) at least five entries.
     PANIC_AT.store(8, Relaxed);
     let grown = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        store.with_inserted(Fragile(100), || Counted::new(100, &alive), |_, _| ())
+        store.with_inserted(Fragile(NEW), || Counted::new(NEW, &alive), |_, _| ())
     }));
     PANIC_AT.store(usize::MAX, Relaxed);
     assert!(grown.is_err(), "the growth hashed and panicked");
     assert_eq!(format!("{store:?}"), before, "the table is the one before");
-    for key in 0..14u64 {
-        let moves = store.with_existing(&Fragile(key), |v, _| v.moves);
-        assert_eq!(moves, Some(0), "key {key} is where it was, not moved");
+    for key in 0..FULL {
+        let was = moved_before[key as usize];
+        assert_eq!(moves(key), was, "key {key} is where it was, not moved");
     }
-    let (_, inserted) = store.with_inserted(Fragile(100), || Counted::new(100, &alive), |_, _| ());
+    let (_, inserted) = store.with_inserted(Fragile(NEW), || Counted::new(NEW, &alive), |_, _| ());
     assert!(inserted, "the growth succeeds once the key hashes");
-    for key in (0..14u64).chain([100]) {
-        let moves = store.with_existing(&Fragile(key), |v, _| v.moves);
-        assert_eq!(moves, Some(u32::from(key != 100)), "key {key} moved once");
+    for key in 0..FULL {
+        let was = moved_before[key as usize].expect("held");
+        assert_eq!(moves(key), Some(was + 1), "key {key} moved once");
     }
+    assert_eq!(moves(NEW), Some(0), "the new key placed once");
+    let held = FULL as usize + 1;
     let start = std::time::Instant::now();
-    while alive.load(Relaxed) > 15 && start.elapsed().as_secs() < 5 {
+    while alive.load(Relaxed) > held && start.elapsed().as_secs() < 5 {
         store.shrink_to_fit();
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    assert_eq!(alive.load(Relaxed), 15, "values alive: only those held");
+    assert_eq!(alive.load(Relaxed), held, "values alive: only those held");
 }

@@ -46,12 +46,18 @@ mod slots;
 
 /// Removed slots noted by one grace period: one system call covers this many removals.
 const BATCH: usize = 32;
-/// The smallest table (under loom, small enough that a model grows it after three keys).
-#[cfg(not(atomic_limiter_loom))]
-const MIN_SLOTS: usize = 16;
-/// See the other arm.
+/// The smallest table: 128 cache lines, so that a few hot keys checked on different cores seldom
+/// share a line or neighbour one (a lookup sends for the next line too); `docs/design.md` has
+/// the figures. Under loom, small enough that a model grows it after three keys; under Miri,
+/// after 15.
+#[cfg(not(any(atomic_limiter_loom, miri)))]
+pub(super) const MIN_SLOTS: usize = 256;
+/// See the first arm.
+#[cfg(all(miri, not(atomic_limiter_loom)))]
+pub(super) const MIN_SLOTS: usize = 16;
+/// See the first arm.
 #[cfg(atomic_limiter_loom)]
-const MIN_SLOTS: usize = 4;
+pub(super) const MIN_SLOTS: usize = 4;
 
 /// The default [`KeyedStore`]: an open-addressed table of slots holding each key, its value and
 /// its [`Retired`] flag in place. A lookup hashes the key and reads adjacent slots until it
@@ -63,8 +69,8 @@ const MIN_SLOTS: usize = 4;
 /// It grows by copying the live entries to a larger table when the slots ever taken would pass
 /// seven eighths of the table (a new key's latency, once per doubling; checks meanwhile go on,
 /// on each entry's copy once it is made), and a removed key's memory is freed in batches once
-/// no check can still be reading it. A table holds at most 8/3 slots per live key, each slot the
-/// key, the entry (16 bytes) and a tag.
+/// no check can still be reading it. A table holds at most 8/3 slots per live key (and at least
+/// 256 slots in all), each slot the key, the entry (16 bytes) and a tag.
 ///
 /// ```
 /// use atomic_limiter::keyed::{FlatStore, KeyHasher};

@@ -116,8 +116,8 @@ fn a_quota_function_may_change_its_own_table() {
 
 /// The default store under a reader: one thread looks keys up (and checks them) while another
 /// inserts `String` keys past two growths, removes and replaces some, and shrinks the table.
-/// Small enough for Miri, which checks every read of a slot against the writes and frees of the
-/// other thread.
+/// Small enough for Miri (whose smallest table is 16 slots), which checks every read of a slot
+/// against the writes and frees of the other thread.
 #[test]
 fn the_flat_store_reads_beside_growth_removal_and_frees() {
     use super::{Change, FlatStore, KeyEntry, KeyHasher, KeyedStore, Relocate};
@@ -151,10 +151,12 @@ fn the_flat_store_reads_beside_growth_removal_and_frees() {
             admitted
         })
     };
-    for i in 0..60 {
+    // Past seven eighths of the smallest table twice (an even count).
+    let keys = super::flat::MIN_SLOTS / 8 * 7 * 2 + 4;
+    for i in 0..keys {
         store.with_inserted(alloc::format!("k{i}"), entry, |_, _| ());
     }
-    for i in (0..60).step_by(2) {
+    for i in (0..keys).step_by(2) {
         let key = alloc::format!("k{i}");
         assert!(
             store
@@ -162,7 +164,7 @@ fn the_flat_store_reads_beside_growth_removal_and_frees() {
                 .is_some()
         );
     }
-    for i in (1..60).step_by(4) {
+    for i in (1..keys).step_by(4) {
         let key = alloc::format!("k{i}");
         let replaced = store.change(&key, |e, r| {
             let r = r.expect("the flat store hands out the retired flag");
@@ -175,7 +177,7 @@ fn the_flat_store_reads_beside_growth_removal_and_frees() {
     let admitted = reader.join().unwrap();
     let mut held = store.keys();
     held.sort();
-    assert_eq!(held.len(), 31, "{held:?}");
+    assert_eq!(held.len(), keys / 2 + 1, "{held:?}");
     assert!(held.contains(&"held".to_string()) && !held.contains(&"k40".to_string()));
     let left = store
         .with_existing("held", |e, _| e.check(0, None))
