@@ -40,11 +40,11 @@ pub(crate) use portable_atomic::AtomicU64 as StaticAtomicU64;
 pub(crate) use loom::sync::atomic::AtomicUsize;
 
 #[cfg(all(not(atomic_limiter_loom), feature = "std"))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, fence};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, fence};
 /// What a reconfigurable limiter's cell protocol uses: the retired flag, the pointer to the live
 /// cell, and the fences that pair the flag with the retiring CAS.
 #[cfg(atomic_limiter_loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, fence};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, fence};
 
 /// A spin-then-yield wait for another thread's few instructions: crossbeam's backoff, or under
 /// loom a yield, which loom needs to explore past a spinning thread.

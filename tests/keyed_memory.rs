@@ -72,8 +72,8 @@ impl Store for FlatStore<u64, Entry, KeyHasher> {
     fn empty() -> Self {
         FlatStore::with_hasher(KeyHasher::new())
     }
-    // A slot of 32 bytes (tag, key, state, `Arc`) in a table kept between 3/8 and 7/8 full
-    // (growth doubles it); the eviction index as on dashmap.
+    // A slot of 32 bytes (key, state, `Arc`, retired flag) and a byte of tag, in a table kept
+    // between 3/8 and 7/8 full (growth doubles it); the eviction index as on dashmap.
     const PER_KEY: f64 = 100.0;
     // Under churn at the cap, a growth copies the live keys to a new table while the old one is
     // kept until its grace period ends: two tables at once.

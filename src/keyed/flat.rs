@@ -4,13 +4,13 @@
 //!
 //! # Implementation details
 //!
-//! A slot's tag says what the slot holds (the table in `slots`).
-//!
-//! Lookups read only the tag (`Acquire`), then the key and the value the tag published. Every
-//! change runs under the writer's lock:
+//! A slot's tag says what the slot holds (the table in `slots`). Tags sit apart from the slots,
+//! eight to a word, so that a probe reads a word of tags (`Acquire`) and then only the slot whose
+//! tag matches: its key and the value the tag published. Every change runs under the writer's
+//! lock, and stores a whole word of tags (`Release`):
 //!
 //! - an insertion writes the key, the value and a cleared flag into an `EMPTY` or `FREED` slot
-//!   on the key's probe path, then publishes the tag (`Release`);
+//!   on the key's probe path, then publishes the tag;
 //! - a removal (or a replacement, which removes and inserts) retires the value through the
 //!   caller's `f` ([`KeyedStore::change`]), marks the slot `DEAD`, and drops its key and value
 //!   only after a grace period ([`crate::reclaim`]): once every check section open when it was
@@ -60,17 +60,18 @@ pub(super) const MIN_SLOTS: usize = 16;
 pub(super) const MIN_SLOTS: usize = 4;
 
 /// The default [`KeyedStore`]: an open-addressed table of slots holding each key, its value and
-/// its [`Retired`] flag in place. A lookup hashes the key and reads adjacent slots until it
-/// finds the key or an empty slot: it takes no lock, follows no pointer to the value, and writes
-/// only its own thread's mark (which a change reads to know when memory it unlinked may be
-/// freed). Changes (new keys, removals, quota changes) take the store's lock, as they take the
-/// table's index lock anyway.
+/// its [`Retired`] flag in place. A lookup hashes the key and reads the tags of adjacent slots, a
+/// word of eight at a time, until it finds the key's or an empty slot's: it takes no lock, reads
+/// no slot but the key's (and those of the one live key in 128 it passes whose tag matches by
+/// chance), and writes only its own thread's mark (which a change reads to know when memory it
+/// unlinked may be freed). Changes (new keys, removals, quota changes) take the store's lock, as
+/// they take the table's index lock anyway.
 ///
 /// It grows by copying the live entries to a larger table when the slots ever taken would pass
 /// seven eighths of the table (a new key's latency, once per doubling; checks meanwhile go on,
 /// on each entry's copy once it is made), and a removed key's memory is freed in batches once
 /// no check can still be reading it. A table holds at most 8/3 slots per live key (and at least
-/// 256 slots in all), each slot the key, the entry (16 bytes) and a tag.
+/// 256 slots in all), each slot the key and the entry (16 bytes), and a byte of tag apart.
 ///
 /// ```
 /// use atomic_limiter::keyed::{FlatStore, KeyHasher};
@@ -201,9 +202,9 @@ impl<K, V, S> FlatStore<K, V, S> {
                 // SAFETY: `DEAD` (marked so when it was pushed; only a rebuild, which empties
                 // this list, changes it since) and its grace period has passed.
                 unsafe { slot.drop_contents() };
-                // Relaxed: no lookup reads a `FREED` slot's cells; the insertion that takes it
-                // again publishes with Release.
-                slot.tag.store(FREED, Ordering::Relaxed);
+                // No lookup reads a `FREED` slot's cells; the insertion that takes it again
+                // publishes them anew.
+                table.set_tag(i, FREED);
             }
             false
         });
@@ -240,16 +241,15 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> FlatStore<K, V, S> {
         // SAFETY: owned by `staged` until published below; freed only after it is unpublished,
         // by a later growth under this lock.
         let new = unsafe { &*staged.table };
-        for slot in old.slots.iter() {
-            // Relaxed: under the writer's lock, which every tag change holds.
-            if slot.tag.load(Ordering::Relaxed) & LIVE == 0 {
+        for (j, slot) in old.slots.iter().enumerate() {
+            if old.tag(j) & LIVE == 0 {
                 continue;
             }
             // SAFETY: live, under the writer's lock.
             let key = unsafe { slot.key() };
             let (i, _) = new.vacancy(self.hash(key));
             // SAFETY: an `EMPTY` slot of a table no lookup can reach yet.
-            unsafe { new.at(i).reserve(key.clone()) };
+            unsafe { new.reserve(i, key.clone()) };
             staged.placed.push(i);
         }
         let (next, placed) = staged.disarm();
@@ -262,9 +262,9 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> FlatStore<K, V, S> {
         // in two tables.
         let abort = AbortOnUnwind;
         let mut placed = placed.into_iter();
-        for slot in old.slots.iter() {
-            // Relaxed: as above; no tag changed since.
-            let tag = slot.tag.load(Ordering::Relaxed);
+        for (j, slot) in old.slots.iter().enumerate() {
+            // No tag changed since the pass above: the writer's lock is held.
+            let tag = old.tag(j);
             if tag & LIVE == 0 {
                 continue;
             }
@@ -281,7 +281,7 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> FlatStore<K, V, S> {
             let i = placed.next().expect("a slot reserved for every live entry");
             // SAFETY: reserved for this key above, under the writer's lock: lookups through
             // `old.next` read its value only once its tag is published.
-            unsafe { new.at(i).publish(tag, moved) };
+            unsafe { new.publish(i, tag, moved) };
         }
         core::mem::forget(abort);
         // Release: the new table's slots before the pointer that makes lookups read them.
@@ -304,20 +304,19 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> FlatStore<K, V, S> {
         }
         let table = self.current(w);
         let (i, empty) = table.vacancy(hash);
-        let slot = table.at(i);
         // SAFETY: `EMPTY` or `FREED`, under the writer's lock; a `FREED` slot's grace passed.
-        unsafe { slot.fill(live_tag(hash), key, value) };
+        unsafe { table.fill(i, live_tag(hash), key, value) };
         w.live += 1;
         w.taken += usize::from(empty);
-        slot
+        table.at(i)
     }
 
     /// Marks the live slot `i` of the current table `DEAD`, its key and value to be dropped
     /// after a grace period.
     fn remove_at(&self, w: &mut Writer<K, V>, i: usize) {
-        // Relaxed: a lookup that reads `DEAD` reads nothing more of the slot; one that read the
-        // tag before reads the value retired (`KeyedStore::change`).
-        self.current(w).at(i).tag.store(DEAD, Ordering::Relaxed);
+        // A lookup that reads `DEAD` reads nothing more of the slot; one that read the tag
+        // before reads the value retired (`KeyedStore::change`).
+        self.current(w).set_tag(i, DEAD);
         w.live -= 1;
         w.removed.push(i);
     }
@@ -448,13 +447,10 @@ impl<K: Hash + Eq + Clone, V: Relocate, S: BuildHasher> KeyedStore<K, V> for Fla
     fn keys(&self) -> Vec<K> {
         let w = self.lock();
         let table = self.current(&w);
-        table
-            .slots
-            .iter()
-            // Relaxed: under the writer's lock, which every tag change holds.
-            .filter(|s| s.tag.load(Ordering::Relaxed) & LIVE != 0)
+        (0..table.slots.len())
+            .filter(|&i| table.tag(i) & LIVE != 0)
             // SAFETY: live, under the writer's lock.
-            .map(|s| unsafe { s.key() }.clone())
+            .map(|i| unsafe { table.at(i).key() }.clone())
             .collect()
     }
 
