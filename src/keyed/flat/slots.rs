@@ -302,11 +302,11 @@ impl<K, V> Table<K, V> {
             let ahead = !0u64 << shift;
             let mut hits = maybe_zero_bytes(word ^ wants) & ahead;
             while hits != 0 {
-                let i = (at & !(PER_WORD - 1)) + hits.trailing_zeros() as usize / 8;
-                // SAFETY: masked to the table's power-of-two size; the tag, read with Acquire,
-                // is live (see `maybe_zero_bytes`); the caller keeps the table alive.
-                if unsafe { self.slots.get_unchecked(i & self.mask()).key() }.borrow() == key {
-                    return Some(i & self.mask());
+                let i = ((at & !(PER_WORD - 1)) + hits.trailing_zeros() as usize / 8) & self.mask();
+                // SAFETY: the tag, read with Acquire, is live (see `maybe_zero_bytes`); the
+                // caller keeps the table alive.
+                if unsafe { self.at(i).key() }.borrow() == key {
+                    return Some(i);
                 }
                 hits &= hits - 1;
             }
@@ -324,7 +324,7 @@ impl<K, V> Table<K, V> {
     pub(super) fn vacancy(&self, hash: u64) -> (usize, bool) {
         let mut i = hash as usize;
         loop {
-            // Relaxed: only writers change a tag to `EMPTY` or `FREED`, under the lock held here.
+            // Only writers change a tag to `EMPTY` or `FREED`, under the lock held here.
             match self.tag(i) {
                 EMPTY => return (i & self.mask(), true),
                 FREED => return (i & self.mask(), false),
@@ -383,8 +383,9 @@ mod tests {
     use super::{HIGH, maybe_zero_bytes, zero_bytes};
 
     /// Every byte value beside every neighbour a probe meets, at every place in the word: only
-    /// the zero bytes are marked (and by the quick form, besides them, only bytes 0x01). The common trick `(w - LOW) & !w & HIGH` fails this (a `DEAD`
-    /// byte just above an `EMPTY` one reads as empty, and a probe would end before its key).
+    /// the zero bytes are marked (and by the quick form, besides them, only bytes 0x01). The
+    /// quick form in `zero_bytes`' place fails this (a `DEAD` byte just above an `EMPTY` one
+    /// reads as empty, and a probe would end before its key).
     #[test]
     #[cfg_attr(miri, ignore = "plain arithmetic, 16 000 words: a minute under Miri")]
     fn zero_bytes_marks_exactly_the_zero_bytes() {
