@@ -202,8 +202,20 @@ fn main() {
                         past
                     )
                 });
+                // For a ratio of times: each median over its fastest repetition, and whether
+                // that reads as a stall of the host.
+                let steadiness = t.steadiness.as_ref().map_or(String::new(), |st| {
+                    format!(
+                        ",\"steadiness\":{{\"median_over_fastest\":[{:.3},{:.3}],\
+                         \"fastest_ratio\":{:.3},\"stalled\":{}}}",
+                        st.num,
+                        st.den,
+                        st.fastest,
+                        st.stalled()
+                    )
+                });
                 format!(
-                    "{{\"what\":\"{}\",\"ratio\":{:.3},\"goal\":\"{}\",\"met\":{}{bound}}}",
+                    "{{\"what\":\"{}\",\"ratio\":{:.3},\"goal\":\"{}\",\"met\":{}{bound}{steadiness}}}",
                     t.what,
                     t.ratio,
                     t.goal(),

@@ -1,5 +1,5 @@
-//! Running the subjects: interleaved repetitions on one thread or several, and the series of
-//! samples each gives.
+//! Running the subjects: interleaved repetitions on one thread or several, the series of
+//! samples each gives, and how steady the host was while they ran.
 
 use crate::stats::median;
 use crate::subjects::{Kind, Subject, run_threads};
@@ -117,7 +117,40 @@ pub(crate) fn find<'a>(v: &'a [Series], name: &str) -> &'a Series {
 
 /// `num`'s median over `den`'s: the ratio of the two figures the tables print, so that a reader
 /// who divides one by the other gets the ratio printed beside them. (The repetitions of every
-/// subject are interleaved, so a drift of the host moves both medians alike.)
+/// subject are interleaved, so a slow drift of the host moves both medians alike; a stall need
+/// not: [`Steadiness`].)
 pub(crate) fn ratio(num: &Series, den: &Series) -> f64 {
     median(&num.samples) / median(&den.samples)
+}
+
+/// How steady the host was while the two sides of a ratio of times ran: a stall slows some
+/// repetitions and leaves others as they were, where a slower check slows them all. A median
+/// more than [`STALLED`] above its own fastest repetition is a host that stalled.
+pub(crate) struct Steadiness {
+    /// Each side's median over its fastest repetition.
+    pub(crate) num: f64,
+    pub(crate) den: f64,
+    /// The fastest repetition of one side over the other's.
+    pub(crate) fastest: f64,
+}
+
+/// A median this far above its fastest repetition (10 %) is read as a stall of the host. On a
+/// quiet host the medians of this run's subjects lie within 1 % to 5 % of their fastest.
+pub(crate) const STALLED: f64 = 1.10;
+
+impl Steadiness {
+    /// `num` and `den`, two series of times.
+    pub(crate) fn of(num: &Series, den: &Series) -> Steadiness {
+        let fastest = |s: &Series| spread(&s.samples).0;
+        Steadiness {
+            num: median(&num.samples) / fastest(num),
+            den: median(&den.samples) / fastest(den),
+            fastest: fastest(num) / fastest(den),
+        }
+    }
+
+    /// Whether either side's median lies past [`STALLED`].
+    pub(crate) fn stalled(&self) -> bool {
+        self.num > STALLED || self.den > STALLED
+    }
 }

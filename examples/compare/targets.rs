@@ -1,6 +1,6 @@
 //! The development targets: ratios the issues set, each printed met or missed.
 
-use crate::measure::{Series, find, ratio, spread};
+use crate::measure::{STALLED, Series, Steadiness, find, ratio, spread};
 use crate::stats::median;
 
 /// A floor's figure, in time: its fastest repetition (the end of its spread that makes a bound
@@ -21,6 +21,9 @@ pub(crate) struct Target {
     limit: Option<Limit>,
     /// What the ratio cannot pass on this machine, measured in the same run.
     pub(crate) bound: Option<Bound>,
+    /// For a ratio of two times: how far each median lies above its fastest repetition, and the
+    /// fastest repetitions' ratio.
+    pub(crate) steadiness: Option<Steadiness>,
 }
 
 /// A target's goal.
@@ -50,6 +53,15 @@ pub(crate) fn target(
         ratio,
         limit: at_most.map(Limit::AtMost).or(at_least.map(Limit::AtLeast)),
         bound: None,
+        steadiness: None,
+    }
+}
+
+/// `num`'s time over `den`'s, at most `at_most`, with how steady the host was for the two.
+fn timed(what: &str, num: &Series, den: &Series, at_most: Option<f64>) -> Target {
+    Target {
+        steadiness: Some(Steadiness::of(num, den)),
+        ..target(what, ratio(num, den), at_most, None)
     }
 }
 
@@ -143,6 +155,15 @@ pub(crate) fn print_targets(targets: &[Target], contended_ratios: &[(usize, f64,
             };
             println!("  {:<w$} {:>7.2}x  {note}", b.what, b.ratio);
         }
+        if let Some(st) = t.steadiness.as_ref().filter(|st| st.stalled() && !t.met()) {
+            println!(
+                "      the host stalled: the medians lie {:.0} % and {:.0} % above their fastest \
+                 repetitions, whose ratio is {:.2}x",
+                (st.num - 1.0) * 100.0,
+                (st.den - 1.0) * 100.0,
+                st.fastest
+            );
+        }
     }
     for (t, m, g) in contended_ratios {
         println!(
@@ -154,6 +175,10 @@ pub(crate) fn print_targets(targets: &[Target], contended_ratios: &[(usize, f64,
     let past = missed
         .iter()
         .filter(|t| t.goal_past_bound() == Some(true))
+        .count();
+    let stalled = missed
+        .iter()
+        .filter(|t| t.steadiness.as_ref().is_some_and(Steadiness::stalled))
         .count();
     let missed = missed.len();
     println!(
@@ -169,6 +194,15 @@ pub(crate) fn print_targets(targets: &[Target], contended_ratios: &[(usize, f64,
             "  Of the {missed} missed, {past} lie past their floor or ceiling: on this machine no \
              check of that kind meets\n  them. docs/benchmarks.md (\"The development targets\") \
              gives their figures over several runs, and\n  what holds up the others."
+        );
+    }
+    if stalled > 0 {
+        let were = if stalled == 1 { "was" } else { "were" };
+        println!(
+            "  {stalled} of the missed {were} timed while the host stalled (a median more than \
+             {:.0} % above its fastest\n  repetition, where a slower check would slow them \
+             all): run again on a quiet host.",
+            (STALLED - 1.0) * 100.0
         );
     }
 }
@@ -199,11 +233,11 @@ pub(crate) fn all(f: &Figures) -> Vec<Target> {
     let mutex = find(allow, "MutexTokenBucket (std)");
     let mutex_instant = find(allow, "MutexTokenBucket (std, Instant)");
     let mut targets = vec![
-        target(
+        timed(
             "Gcra allow / quanta Clock::now",
-            ratio(gcra, quanta_now),
+            gcra,
+            quanta_now,
             Some(1.05),
-            None,
         )
         .bounded_by(
             "clock read + CAS, own word / quanta Clock::now",
@@ -229,58 +263,52 @@ pub(crate) fn all(f: &Figures) -> Vec<Target> {
             "MutexTokenBucket (std, Instant) / clock read + CAS, own word",
             median(&mutex_instant.samples) / fastest(own_word),
         ),
-        target(
+        timed(
             "Gcra allow / governor check",
-            ratio(gcra, find(allow, "governor check")),
+            gcra,
+            find(allow, "governor check"),
             Some(1.05),
-            None,
         ),
         // A denial on a coarse reading is decided again on a precise one before it is answered.
-        target(
+        timed(
             "Gcra + CoarseClock deny / governor deny",
-            ratio(
-                find(deny, "Gcra + CoarseClock"),
-                find(deny, "governor check"),
-            ),
+            find(deny, "Gcra + CoarseClock"),
+            find(deny, "governor check"),
             Some(0.5),
-            None,
         )
         .bounded_by(
             "the precise reading alone, QuantaClock::now / governor deny",
             fastest(find(floor, "QuantaClock::now"))
                 / median(&find(deny, "governor check").samples),
         ),
-        target(
+        timed(
             "Gcra deny + retry-after / governor deny + wait_time_from",
-            ratio(
-                find(deny_retry, "Gcra"),
-                find(deny_retry, "governor check + wait_time_from"),
-            ),
+            find(deny_retry, "Gcra"),
+            find(deny_retry, "governor check + wait_time_from"),
             Some(0.6),
-            None,
         ),
         // In this loop the plain limiter's check is inlined and its parameters can stay in
         // registers across checks; a reconfigurable limiter's can change between two checks, so
         // it reloads them through its cell each time. `reconfigure_cost` calls both through a
         // pointer, as a server's handler does, and reads the cost of the reload alone.
-        target(
+        timed(
             "Reconfigurable<Gcra> allow / Gcra allow",
-            ratio(find(allow, "Reconfigurable<Gcra>"), gcra),
+            find(allow, "Reconfigurable<Gcra>"),
+            gcra,
             Some(1.15),
-            None,
         ),
-        target(
+        timed(
             "Reconfigurable<Gcra> deny / Gcra deny",
-            ratio(find(deny, "Reconfigurable<Gcra>"), find(deny, "Gcra")),
+            find(deny, "Reconfigurable<Gcra>"),
+            find(deny, "Gcra"),
             Some(1.2),
-            None,
         ),
         // Performance round two: the token bucket as fast as GCRA.
-        target(
+        timed(
             "TokenBucket allow / Gcra allow",
-            ratio(find(allow, "TokenBucket"), gcra),
+            find(allow, "TokenBucket"),
+            gcra,
             Some(1.10),
-            None,
         ),
         // What the row above cannot go below: GCRA, a bucket with nothing but its refill, and
         // the token bucket, back to back.
@@ -293,74 +321,59 @@ pub(crate) fn all(f: &Figures) -> Vec<Target> {
             None,
             None,
         ),
-        target(
+        timed(
             "TokenBucket allow / bare packed bucket (what exactness costs)",
-            ratio(
-                find(bucket_floor, "TokenBucket"),
-                find(bucket_floor, "a bare packed bucket"),
-            ),
+            find(bucket_floor, "TokenBucket"),
+            find(bucket_floor, "a bare packed bucket"),
             Some(1.25),
-            None,
         ),
-        target(
+        timed(
             "TokenBucket deny / Gcra deny",
-            ratio(find(deny, "TokenBucket"), find(deny, "Gcra")),
+            find(deny, "TokenBucket"),
+            find(deny, "Gcra"),
             Some(1.15),
-            None,
         ),
-        target(
+        timed(
             "TokenBucket deny / Gcra deny, 100/s (the bucket refilling)",
-            ratio(find(deny, "TokenBucket, 100/s"), find(deny, "Gcra, 100/s")),
+            find(deny, "TokenBucket, 100/s"),
+            find(deny, "Gcra, 100/s"),
             Some(1.15),
-            None,
         ),
         // A bucket's wait is a division of the missing units by the rate, on top of GCRA's
         // subtraction (the targets of the last round, 1.3 and 0.6, lay below that floor).
-        target(
+        timed(
             "TokenBucket deny + retry-after / Gcra deny + retry-after",
-            ratio(find(deny_retry, "TokenBucket"), find(deny_retry, "Gcra")),
+            find(deny_retry, "TokenBucket"),
+            find(deny_retry, "Gcra"),
             Some(2.5),
-            None,
         ),
-        target(
+        timed(
             "TokenBucket deny + retry-after / governor deny + wait_time_from",
-            ratio(
-                find(deny_retry, "TokenBucket"),
-                find(deny_retry, "governor check + wait_time_from"),
-            ),
+            find(deny_retry, "TokenBucket"),
+            find(deny_retry, "governor check + wait_time_from"),
             Some(1.4),
-            None,
         ),
-        target(
+        timed(
             "TokenBucket + CoarseClock deny / Gcra + CoarseClock deny",
-            ratio(
-                find(deny, "TokenBucket + CoarseClock"),
-                find(deny, "Gcra + CoarseClock"),
-            ),
+            find(deny, "TokenBucket + CoarseClock"),
+            find(deny, "Gcra + CoarseClock"),
             Some(1.5),
-            None,
         ),
-        target(
+        timed(
             "TokenBucket + CoarseClock deny / Gcra + CoarseClock deny, 100/s (ticks shorter than the clock's lag)",
-            ratio(
-                find(deny, "TokenBucket + CoarseClock, 100/s"),
-                find(deny, "Gcra + CoarseClock, 100/s"),
-            ),
+            find(deny, "TokenBucket + CoarseClock, 100/s"),
+            find(deny, "Gcra + CoarseClock, 100/s"),
             Some(1.5),
-            None,
         ),
         // The row above (1.05) cannot go below what the clock read alone costs against
         // governor's whole check (each check reads the clock once). On coarse clocks each runs on
         // its own: ours one inlined load, governor's a call into quanta and a `Duration`. The row
         // after it puts ours on governor's read, to compare the checks alone.
-        target(
+        timed(
             "Gcra + CoarseClock allow / governor check + coarse clock",
-            ratio(
-                find(allow, "Gcra + CoarseClock"),
-                find(allow, "governor check + coarse clock"),
-            ),
+            find(allow, "Gcra + CoarseClock"),
+            find(allow, "governor check + coarse clock"),
             Some(0.85),
-            None,
         ),
         target(
             "Gcra on governor's coarse read / governor check + coarse clock (the checks alone)",
@@ -486,13 +499,13 @@ fn keyed(
             };
             let floor = |parts: &str| floor_in(one, parts);
             targets.push(
-                target(
+                timed(
                     &format!(
                         "Keyed (default store) / governor keyed, {keys} key(s), time per check"
                     ),
-                    ratio(find(one, ours), find(one, gov)),
+                    find(one, ours),
+                    find(one, gov),
                     Some(most),
-                    None,
                 )
                 .bounded_by(
                     &format!("clock read + lock-free probe + CAS / governor keyed, {keys} key(s)"),
