@@ -498,6 +498,15 @@ fn keyed(
                     / median(&find(series, gov).samples)
             };
             let floor = |parts: &str| floor_in(one, parts);
+            // The lesser of the two lock-free loops bounds the check: on one host the bare
+            // 16-byte slots probe faster, on another the store's tags apart beat them.
+            let (least, least_of) = [
+                "clock read + lock-free probe + CAS",
+                "clock read + default store lookup + CAS",
+            ]
+            .map(|parts| (floor(parts), parts))
+            .into_iter()
+            .fold((f64::INFINITY, ""), |a, b| if b.0 < a.0 { b } else { a });
             targets.push(
                 timed(
                     &format!(
@@ -508,8 +517,8 @@ fn keyed(
                     Some(most),
                 )
                 .bounded_by(
-                    &format!("clock read + lock-free probe + CAS / governor keyed, {keys} key(s)"),
-                    floor("clock read + lock-free probe + CAS"),
+                    &format!("{least_of} / governor keyed, {keys} key(s)"),
+                    least,
                 ),
             );
             targets.push(target(
