@@ -18,6 +18,12 @@ pub(crate) fn spread(v: &[f64]) -> (f64, f64) {
     (min, max)
 }
 
+/// A series of times at its fastest repetition: a floor's figure (the end of its spread that
+/// makes a bound hardest to call past its target), and what a median is read against for a stall.
+pub(crate) fn fastest(s: &Series) -> f64 {
+    spread(&s.samples).0
+}
+
 /// Iterations that take about `target` on one thread.
 pub(crate) fn calibrate(s: &Subject, target: Duration) -> u64 {
     let mut iters = 1_000u64;
@@ -141,7 +147,6 @@ pub(crate) const STALLED: f64 = 1.10;
 impl Steadiness {
     /// `num` and `den`, two series of times.
     pub(crate) fn of(num: &Series, den: &Series) -> Steadiness {
-        let fastest = |s: &Series| spread(&s.samples).0;
         Steadiness {
             num: median(&num.samples) / fastest(num),
             den: median(&den.samples) / fastest(den),

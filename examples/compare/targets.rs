@@ -1,13 +1,7 @@
 //! The development targets: ratios the issues set, each printed met or missed.
 
-use crate::measure::{STALLED, Series, Steadiness, find, ratio, spread};
+use crate::measure::{STALLED, Series, Steadiness, fastest, find, ratio, spread};
 use crate::stats::median;
-
-/// A floor's figure, in time: its fastest repetition (the end of its spread that makes a bound
-/// hardest to call past its target).
-fn fastest(s: &Series) -> f64 {
-    spread(&s.samples).0
-}
 
 /// A ceiling's figure, in throughput: its fastest repetition.
 fn most(s: &Series) -> f64 {
@@ -506,7 +500,8 @@ fn keyed(
             ]
             .map(|parts| (floor(parts), parts))
             .into_iter()
-            .fold((f64::INFINITY, ""), |a, b| if b.0 < a.0 { b } else { a });
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .expect("two floors");
             targets.push(
                 timed(
                     &format!(
