@@ -34,18 +34,29 @@ const SLOTS: usize = 1 << 17;
 /// Timed passes over the keys per rung and round; the fastest counts.
 const PASSES: usize = 15;
 
-/// Sends for the cache line at `p`, as the default store sends for a key's first two slots.
+/// Sends for the cache line at `p`, as the default store sends for a key's tags.
 #[inline(always)]
 fn prefetch<T>(p: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing the program can see and faults on no address; SSE, which
-    // it needs, is part of every x86-64 target.
-    unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(p).cast());
+    prefetch_lines(p, 1);
+}
+
+/// Sends for `lines` cache lines from the one at `p` on, as the default store sends for the line
+/// of a key's home slot and the two after it. A hint's address is never read, so one past a
+/// table's end is harmless.
+#[inline(always)]
+fn prefetch_lines<T>(p: &T, lines: usize) {
+    let p: *const u8 = std::ptr::from_ref(p).cast();
+    for line in 0..lines {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch reads nothing the program can see and faults on no address; SSE,
+        // which it needs, is part of every x86-64 target.
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * line).cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (p, line);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// A key and its word: the least a slot holds.
@@ -145,8 +156,7 @@ fn main() {
         ("the clock read alone", &|k| black_box(clock.now() ^ k) != 0),
         ("bare 16-byte slots: clock + probe + CAS", &|k| {
             let mut i = hasher.hash_one(k) as usize & mask;
-            prefetch(&small[i]);
-            prefetch(&small[(i + 1) & mask]);
+            prefetch_lines(&small[i], 3);
             let now = clock.now();
             loop {
                 let slot = &small[i];
@@ -162,8 +172,7 @@ fn main() {
             let wants = tag(hash) * LOW;
             let mut at = hash as usize & mask;
             prefetch(&tags[at / 8]);
-            prefetch(&wide[at]);
-            prefetch(&wide[(at + 1) & mask]);
+            prefetch_lines(&wide[at], 3);
             let now = clock.now();
             loop {
                 // Acquire: as the default store reads a word of tags.
