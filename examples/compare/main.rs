@@ -25,7 +25,7 @@ mod svg;
 mod targets;
 
 use measure::{Series, contended, contended_warmed, single, single_warmed};
-use report::{json_series, table, verdict};
+use report::{json_series, print_targets, table, verdict};
 use sims::{admitted_vs_ideal, retry_honesty, skewed_sharded};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -33,7 +33,6 @@ use subjects::keyed::keyed_past_cache_subjects;
 use subjects::{
     allow_subjects, bucket_floor_subjects, deny_subjects, floors, keyed_subjects, throttle_subjects,
 };
-use targets::print_targets;
 
 /// Keys present in the keyed run past the cache: the default store's table then takes 256 MB
 /// and governor's about 160 MB, several times the last-level cache of most servers' CPUs (32 MB
@@ -214,8 +213,15 @@ fn main() {
                         st.stalled()
                     )
                 });
+                // For a ratio over Gcra's admission: Gcra's over its floor, timed beside it.
+                let gcra_over_floor = t.gcra_over_floor.map_or(String::new(), |r| {
+                    format!(
+                        ",\"gcra_over_floor\":{{\"ratio\":{r:.3},\"slow_core\":{}}}",
+                        t.core_slow()
+                    )
+                });
                 format!(
-                    "{{\"what\":\"{}\",\"ratio\":{:.3},\"goal\":\"{}\",\"met\":{}{bound}{steadiness}}}",
+                    "{{\"what\":\"{}\",\"ratio\":{:.3},\"goal\":\"{}\",\"met\":{}{bound}{steadiness}{gcra_over_floor}}}",
                     t.what,
                     t.ratio,
                     t.goal(),

@@ -1,8 +1,10 @@
-//! The text the run prints: the verdict in plain words, the tables behind it, and the JSON form.
+//! The text the run prints: the verdict in plain words, the tables behind it, the development
+//! targets, and the JSON form.
 
-use crate::measure::{Series, find, ratio, spread};
+use crate::measure::{STALLED, Series, Steadiness, find, ratio, spread};
 use crate::sims::Accuracy;
 use crate::stats::median;
+use crate::targets::{Limit, SLOW_CORE, Target};
 use std::fmt::Write as _;
 
 /// One table: each series' median and spread, under `title`.
@@ -254,4 +256,103 @@ pub(crate) fn json_series(rows: &[Series]) -> String {
         })
         .collect();
     format!("[{}]", items.join(","))
+}
+
+/// The development targets (ratios the issues set), met or missed, each floor or ceiling under
+/// its target, and the contended ratios.
+pub(crate) fn print_targets(targets: &[Target], contended_ratios: &[(usize, f64, f64)]) {
+    println!("\nDevelopment targets (ratios of the medians printed)");
+    let w = targets
+        .iter()
+        .flat_map(|t| std::iter::once(&t.what).chain(t.bound.as_ref().map(|b| &b.what)))
+        .map(String::len)
+        .max()
+        .unwrap_or(0);
+    for t in targets {
+        let verdict = match t.limit {
+            None => String::new(),
+            Some(_) if t.met() => format!("met ({})", t.goal()),
+            Some(_) => format!("missed ({})", t.goal()),
+        };
+        println!("  {:<w$} {:>7}x  {verdict}", t.what, t.shown());
+        if let (Some(b), Some(limit), Some(past)) = (&t.bound, t.limit, t.goal_past_bound()) {
+            let note = match (past, limit) {
+                (true, Limit::AtMost(_)) => "the target lies below this floor".to_string(),
+                (true, Limit::AtLeast(_)) => "the target lies above this ceiling".to_string(),
+                (false, Limit::AtMost(m)) => {
+                    format!("{:.2}x of room under the target", m - b.ratio)
+                }
+                (false, Limit::AtLeast(m)) => {
+                    format!("{:.2}x of room over the target", b.ratio - m)
+                }
+            };
+            println!("  {:<w$} {:>7.2}x  {note}", b.what, b.ratio);
+        }
+        if let Some(st) = t.steadiness.as_ref().filter(|st| st.stalled() && !t.met()) {
+            println!(
+                "      the host stalled: the medians lie {:.0} % and {:.0} % above their fastest \
+                 repetitions, whose ratio is {:.2}x",
+                (st.num - 1.0) * 100.0,
+                (st.den - 1.0) * 100.0,
+                st.fastest
+            );
+        }
+        if let Some(r) = t.gcra_over_floor.filter(|_| t.core_slow() && !t.met()) {
+            println!(
+                "      Gcra itself took {r:.2}x its floor (a clock read and a CAS, timed beside \
+                 it): the host ran the work\n      a check overlaps with its clock read slower, \
+                 and this check does more of it"
+            );
+        }
+    }
+    for (t, m, g) in contended_ratios {
+        println!(
+            "  {t} thread(s): Gcra / MutexTokenBucket (std) {m:>6.2}x   Gcra / governor {g:>6.2}x  (throughput)"
+        );
+    }
+    let goals: Vec<&Target> = targets.iter().filter(|t| t.limit.is_some()).collect();
+    let missed: Vec<&&Target> = goals.iter().filter(|t| !t.met()).collect();
+    let past = missed
+        .iter()
+        .filter(|t| t.goal_past_bound() == Some(true))
+        .count();
+    let stalled = missed
+        .iter()
+        .filter(|t| t.steadiness.as_ref().is_some_and(Steadiness::stalled))
+        .count();
+    let slow_core = missed.iter().filter(|t| t.core_slow()).count();
+    let missed = missed.len();
+    println!(
+        "\n  {} of {} targets met. A floor (under an \"at most\" target) or a ceiling (over an \
+         \"at least\" one)\n  is the same ratio for what any check of that kind is made of, \
+         with nothing decided, in this\n  run: its fastest repetition (the end of its spread) \
+         over the other side's median.",
+        goals.len() - missed,
+        goals.len()
+    );
+    if missed > 0 {
+        println!(
+            "  Of the {missed} missed, {past} lie past their floor or ceiling: on this machine no \
+             check of that kind meets\n  them. docs/benchmarks.md (\"The development targets\") \
+             gives their figures over several runs, and\n  what holds up the others."
+        );
+    }
+    if stalled > 0 {
+        let were = if stalled == 1 { "was" } else { "were" };
+        println!(
+            "  {stalled} of the missed {were} timed while the host stalled (a median more than \
+             {:.0} % above its fastest\n  repetition, where a slower check would slow them \
+             all): run again on a quiet host.",
+            (STALLED - 1.0) * 100.0
+        );
+    }
+    if slow_core > 0 {
+        let were = if slow_core == 1 { "was" } else { "were" };
+        println!(
+            "  {slow_core} of the missed {were} timed while Gcra itself ran more than {:.0} % \
+             above its floor: a host\n  slower at the work a check overlaps with its clock \
+             read. Run again on a quiet host.",
+            (SLOW_CORE - 1.0) * 100.0
+        );
+    }
 }
