@@ -56,8 +56,8 @@ fn redraw_tls_port(mut extra: Vec<String>) -> Vec<String> {
     extra
 }
 
-/// Where the servers keep their files: in memory (`/dev/shm`) where the host has it, the
-/// temporary directory otherwise.
+/// A new directory `name` for a server's files, made in memory (`/dev/shm`) where it can be,
+/// in the temporary directory otherwise.
 ///
 /// A cluster node rewrites and fsyncs `nodes.conf` on its main thread when it votes in a
 /// failover and when it takes the new configuration (three times in a manual failover), and a
@@ -66,15 +66,14 @@ fn redraw_tls_port(mut extra: Vec<String>) -> Vec<String> {
 /// stalls, its calls time out and its breaker opens, as in one CI run (an fsync made 30 ms long
 /// with strace's fault injection fails the failover test so every time). These tests are of the
 /// client, not of the disk, and on tmpfs an fsync does no I/O.
-fn files_dir() -> PathBuf {
-    let shm = PathBuf::from("/dev/shm");
-    let probe = shm.join(format!("atomic-limiter-probe-{}", std::process::id()));
-    if std::fs::create_dir_all(&probe).is_ok() {
-        let _ = std::fs::remove_dir(&probe);
-        shm
-    } else {
-        std::env::temp_dir()
+fn files_dir(name: String) -> PathBuf {
+    let in_memory = PathBuf::from("/dev/shm").join(&name);
+    if std::fs::create_dir_all(&in_memory).is_ok() {
+        return in_memory;
     }
+    let dir = std::env::temp_dir().join(name);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    dir
 }
 
 /// One redis-server process.
@@ -114,11 +113,10 @@ impl RedisServer {
         }
         for _ in 0..20 {
             let port = free_port();
-            let dir = files_dir().join(format!(
+            let dir = files_dir(format!(
                 "atomic-limiter-sentinel-{port}-{}",
                 std::process::id()
             ));
-            std::fs::create_dir_all(&dir).expect("a temporary directory");
             let conf = dir.join("sentinel.conf");
             std::fs::write(
                 &conf,
@@ -148,11 +146,10 @@ impl RedisServer {
     /// before ours binds it, so the answer on the port must come from our process.
     fn spawn(mut port: u16, mut extra: Vec<String>) -> RedisServer {
         for _ in 0..20 {
-            let dir = files_dir().join(format!(
+            let dir = files_dir(format!(
                 "atomic-limiter-redis-{port}-{}",
                 std::process::id()
             ));
-            std::fs::create_dir_all(&dir).expect("a temporary directory");
             let mut s = RedisServer {
                 port,
                 child: None,
