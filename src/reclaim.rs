@@ -5,12 +5,12 @@
 //!
 //! # Implementation details
 //!
-//! Each thread that checks has a slot, registered once, holding the number of its last section
-//! and whether that section is open. A check opens a section by setting the open bit and closes
-//! it with the next number, the bit clear; a change, after unpublishing the old cell,
-//! waits out every section that was open when it looked. The checks pay two plain stores to their
-//! own slot and no atomic read-modify-write: the ordering work is moved to the change, which is
-//! rare. A change never waits: it notes which sections were open ([`Grace`]) and frees the cell
+//! Each thread that checks has a slot, registered once, holding how many sections are open on
+//! its thread and a count. A check opens a section by adding one to the depth and closes it by
+//! taking one from the depth and adding one to the count; a change, after unpublishing the old
+//! cell, waits out every section that was open when it looked. The checks pay two plain stores to
+//! their own slot and no atomic read-modify-write: the ordering work is moved to the change, which
+//! is rare. A change never waits: it notes which sections were open ([`Grace`]) and frees the cell
 //! at a later change (or when the limiter is dropped) once each of them has closed. A change
 //! that waited would wait for a check preempted mid-section (a scheduler's time slice, about
 //! 10 ms with three threads checking on two cores), and for a check that is itself waiting on
@@ -18,22 +18,26 @@
 //!
 //! | side | on Linux (`membarrier`) | elsewhere |
 //! |---|---|---|
-//! | a check enters | stores its section number with the open bit, then a compiler fence | the same, then a full fence |
+//! | a check enters | stores its slot's number with one more open, then a compiler fence | the same, then a full fence |
 //! | a change, after publishing the new cell | asks the kernel to run a full barrier on every thread of the process | a full fence |
-//! | then | reads every slot, and notes each that shows the open bit | the same |
-//! | later | frees the cell once every noted slot has moved past the number it showed | the same |
-//! | a check leaves | stores the next number, the bit clear (`Release`) | the same |
+//! | then | reads every slot, and notes each that shows a section open | the same |
+//! | later | frees the cell once every noted slot shows none open, or another outermost section | the same |
+//! | a check leaves | stores its slot's number with one fewer open and the count one more (`Release`) | the same |
 //!
 //! Why that suffices: the barrier the change causes falls, in each checking thread, either after
-//! the section number was stored (the change then reads it and waits for that section to end) or
-//! before it (then the section's pointer load comes after the barrier, and so after the new
+//! the section's number was stored (the change then reads it and waits for that section to end)
+//! or before it (then the section's pointer load comes after the barrier, and so after the new
 //! pointer was published: it cannot load the old one). A section that ends moves its slot on with
 //! `Release`, read by the change with `Acquire`: its reads of the old cell happen before the free.
-//! A check inside a check (a clock that checks another limiter) finds its slot open and leaves
-//! it to the outer section. Which fence a section takes is fixed in its slot when the slot is
-//! made (the kernel's answer is decided before any check runs), beside the open bit, so the check
-//! tells both from the one load and the one branch it needs for nesting (a flag of its own and
-//! a second branch cost about 1 ns a check: `docs/benchmarks.md`).
+//! A check inside a check (a clock that checks another limiter) finds its slot open: it adds one
+//! to the depth and takes one from the count, which its close gives back, so that its close, the
+//! same store as any other, does not end the outer section for a change (the slot's turn, the
+//! count plus the depth, stands from an outermost open to the next). Which fence a section takes
+//! is fixed in its slot when the slot is made (the kernel's answer is decided before any check
+//! runs), beside the depth, so the check tells both from the one load and the one branch it needs
+//! for nesting (a flag of its own and a second branch cost about 1 ns a check:
+//! `docs/benchmarks.md`). A thread without a slot points at a stand-in that reads as open and
+//! fenced, so that branch also catches it, and a close tests nothing.
 //!
 //! Under the loom models cells are freed only when the limiter is dropped: loom checks the cell
 //! protocol, not the grace periods (it cannot model `membarrier`); those run under the tests and
@@ -78,67 +82,97 @@ mod grace {
     use alloc::vec::Vec;
     use core::cell::Cell;
     use core::ptr;
-    use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering, compiler_fence, fence};
+    use core::sync::atomic::{AtomicU64, Ordering, compiler_fence, fence};
     use std::sync::{Mutex, OnceLock, PoisonError};
 
-    /// A thread's slot: the number of its last section, with two flags; only its thread writes
-    /// it, and every section takes a new number.
+    /// A thread's slot: how many sections are open on its thread, a flag, and a count that
+    /// tells one outermost section from the next; only its thread writes it (a straggler's slot,
+    /// only its one section).
     ///
     /// | bits | meaning |
     /// |---|---|
-    /// | 0 ([`Slot::OPEN`]) | set while the thread is in a section (in a check) |
-    /// | 1 ([`Slot::FENCED`]) | fixed when the slot is made: its sections take a full fence |
-    /// | 2..64 | the section count, one more each time a section closes (wraps after 2^62) |
+    /// | 0..8 ([`Slot::DEPTH`]) | sections open on the thread: 0 outside every check, 1 in one, one more for each nested in it (at most 255) |
+    /// | 8 ([`Slot::FENCED`]) | fixed when the slot is made: its sections take a full fence |
+    /// | 9..64 | the count: one more at each close, one less at each nested open (wraps) |
     ///
+    /// A close adds [`Slot::CLOSE`] whatever the depth (one store, no branch), and a nested open
+    /// takes it back, so the count plus the depth ([`Slot::turn`]) moves on only when an
+    /// outermost section opens: while the section a change saw open is open, the turn stands.
     /// A section's fence is told from the number it already reads to see whether it is nested,
     /// by the same test: the check's common path (open nothing, fence nothing) takes one branch.
     #[derive(Debug)]
     struct Slot {
         section: AtomicU64,
+        /// Made for one straggler's section: taken out of [`SLOTS`] once that has closed.
+        straggler: bool,
     }
 
     impl Slot {
-        const OPEN: u64 = 1;
-        const FENCED: u64 = 1 << 1;
-        /// A section's close: clears `OPEN`, counts one more.
-        const CLOSE: u64 = (1 << 2) - Slot::OPEN;
+        const DEPTH: u64 = (1 << 8) - 1;
+        const FENCED: u64 = 1 << 8;
+        /// One step of the count (bits 9..64).
+        const STEP: u64 = 1 << 9;
+        /// A section's close: one section fewer open, the count one more.
+        const CLOSE: u64 = Slot::STEP - 1;
+        /// The turn's bits: the count's width.
+        const TURN: u64 = u64::MAX >> 9;
 
         /// A slot whose sections take a full fence unless the kernel runs the barrier for them.
         fn new(kernel_barrier: bool) -> Slot {
             Slot {
                 section: AtomicU64::new(if kernel_barrier { 0 } else { Slot::FENCED }),
+                straggler: false,
             }
         }
 
-        /// Whether `number` is a section's while it is open.
+        /// A stand-in that no section writes: open and fenced, so a check takes the slow path.
+        const fn sentinel() -> Slot {
+            Slot {
+                section: AtomicU64::new(1 | Slot::FENCED),
+                straggler: false,
+            }
+        }
+
+        /// How many sections `number` says are open.
         #[inline(always)]
-        fn is_open(number: u64) -> bool {
-            number & Slot::OPEN != 0
+        fn depth(number: u64) -> u64 {
+            number & Slot::DEPTH
+        }
+
+        /// The count plus the depth: one more for each outermost section opened, the same
+        /// from an outermost section's open until the next's.
+        fn turn(number: u64) -> u64 {
+            (number >> 9).wrapping_add(Slot::depth(number)) & Slot::TURN
+        }
+
+        /// Whether the section open when the slot read `seen` is still open at `now`.
+        fn still_open(seen: u64, now: u64) -> bool {
+            Slot::depth(now) != 0 && Slot::turn(now) == Slot::turn(seen)
         }
     }
 
-    /// Every live thread's slot.
+    /// Every live thread's slot, and every straggler's whose section a change has not yet
+    /// found closed.
     static SLOTS: Mutex<Vec<Arc<Slot>>> = Mutex::new(Vec::new());
-
-    /// Checks running on a thread whose slot is gone (in a thread-local destructor): counted
-    /// here instead, and waited out like a busy slot.
-    static STRAGGLERS: AtomicUsize = AtomicUsize::new(0);
 
     /// Whether the kernel runs the heavy barrier for us; decided once, before the first limiter
     /// exists, so every change sees the same answer.
     static KERNEL_BARRIER: OnceLock<bool> = OnceLock::new();
 
-    /// A slot pointer's value for a thread whose slot is gone (its thread-locals are being
-    /// destroyed): its checks are stragglers.
-    const GONE: usize = 1;
+    /// What [`SLOT`] points at before this thread's first check registers its slot: never
+    /// written, and read as an open fenced section, so that the check's one test of its number
+    /// sends it to the slow path (no test of the pointer on the common path).
+    static UNREGISTERED: Slot = Slot::sentinel();
+    /// As [`UNREGISTERED`], once the thread's slot is gone: its checks are stragglers.
+    static DEPARTED: Slot = Slot::sentinel();
 
     std::thread_local! {
-        /// This thread's slot (null until the first check registers it, [`GONE`] after): read by
-        /// every check, so a plain thread-local with nothing to initialise or destroy, whose
-        /// access is one load. The slot is kept alive by [`OWNER`].
-        static SLOT: Cell<*const Slot> = const { Cell::new(ptr::null()) };
+        /// This thread's slot ([`UNREGISTERED`] until the first check registers it, [`DEPARTED`]
+        /// after): read by every check, so a plain thread-local with nothing to initialise or
+        /// destroy, whose access is one load. The slot is kept alive by [`OWNER`].
+        static SLOT: Cell<*const Slot> = const { Cell::new(&raw const UNREGISTERED) };
         /// Owns this thread's slot, registered in [`SLOTS`]; when the thread exits it takes the
-        /// slot out of them and marks [`SLOT`] gone.
+        /// slot out of them and points [`SLOT`] at [`DEPARTED`].
         static OWNER: Owner = Owner::register();
     }
 
@@ -163,7 +197,7 @@ mod grace {
     impl Drop for Owner {
         fn drop(&mut self) {
             // Not in a check: thread-local destructors run outside every check of this thread.
-            SLOT.with(|slot| slot.set(ptr::without_provenance(GONE)));
+            SLOT.with(|slot| slot.set(&raw const DEPARTED));
             SLOTS
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -181,64 +215,97 @@ mod grace {
     /// closes when the guard is dropped (also when the check unwinds).
     #[inline(always)]
     pub(crate) fn enter() -> Section {
-        let slot = SLOT.with(Cell::get);
-        if slot.addr() <= GONE {
-            return enter_slow();
-        }
-        // SAFETY: a registered slot, owned by this thread's `OWNER`, which is destroyed (and the
-        // pointer marked gone first) only as the thread exits, outside every check.
-        let slot = unsafe { &*slot };
+        // SAFETY: this thread's registered slot, owned by its `OWNER`, which is destroyed (and
+        // the pointer moved to `DEPARTED` first) only as the thread exits, outside every check;
+        // or one of the two sentinels, statics.
+        let slot = unsafe { &*SLOT.with(Cell::get) };
         // Relaxed: only this thread writes its slot.
         let last = slot.section.load(Ordering::Relaxed);
-        if last & (Slot::OPEN | Slot::FENCED) != 0 {
+        if last & (Slot::DEPTH | Slot::FENCED) != 0 {
             return enter_fenced_or_nested(slot, last);
         }
         // Release: a change that waits for the last section to end may read this number rather
         // than the one that ended it; reading it must order that section's reads before the free
         // just the same. (Ordered before this section's loads by the kernel's barrier.)
-        slot.section.store(last | Slot::OPEN, Ordering::Release);
+        slot.section.store(last + 1, Ordering::Release);
         // The kernel runs the full barrier on this thread when a change asks for it.
         compiler_fence(Ordering::SeqCst);
         Section { slot }
     }
 
-    /// [`enter`] on a slot whose sections take a full fence, or inside an open section.
+    /// [`enter`] on a slot whose sections take a full fence, inside an open section, or on a
+    /// thread without a slot (a sentinel's number reads as both).
     #[cold]
     #[inline(never)]
     fn enter_fenced_or_nested(slot: &Slot, last: u64) -> Section {
-        if Slot::is_open(last) {
-            // Nested (a clock that checks another limiter): the outer section covers it.
-            return Section { slot: ptr::null() };
+        if ptr::eq(slot, &UNREGISTERED) || ptr::eq(slot, &DEPARTED) {
+            return enter_slow();
         }
-        // Release: as in `enter`.
-        slot.section.store(last | Slot::OPEN, Ordering::Release);
-        // SeqCst: the store above before this section's loads, against the change's own SeqCst
-        // fence (store-load ordering on both sides).
-        fence(Ordering::SeqCst);
+        match Slot::depth(last) {
+            0 => {
+                // Release: as in `enter`.
+                slot.section.store(last + 1, Ordering::Release);
+                // SeqCst: the store above before this section's loads, against the change's own
+                // SeqCst fence (store-load ordering on both sides).
+                fence(Ordering::SeqCst);
+            }
+            // Deeper than the depth's bits hold: a section of its own.
+            Slot::DEPTH => return straggle(),
+            _ => {
+                // Nested (a clock that checks another limiter): the outer section covers it; one
+                // more open, and the count one less, which its close gives back. Release: as in
+                // `enter` (the outer section's turn stands, so no change frees on it).
+                slot.section
+                    .store(last.wrapping_sub(Slot::CLOSE), Ordering::Release);
+            }
+        }
         Section { slot }
     }
 
     /// [`enter`] on a thread without a slot: registers one, or, when its thread-locals are
-    /// being destroyed, counts the check as a straggler.
+    /// being destroyed, opens a straggler's section.
     #[cold]
     #[inline(never)]
     fn enter_slow() -> Section {
-        if SLOT.with(Cell::get).addr() != GONE
+        if !ptr::eq(SLOT.with(Cell::get), &DEPARTED)
             && OWNER
                 .try_with(|owner| SLOT.with(|slot| slot.set(Arc::as_ptr(&owner.slot))))
                 .is_ok()
         {
             return enter();
         }
-        // SeqCst: a section's number and its barrier in one operation.
-        STRAGGLERS.fetch_add(1, Ordering::SeqCst);
-        Section {
-            slot: ptr::without_provenance(GONE),
-        }
+        straggle()
     }
 
-    /// An open section: this thread's slot, null for a nested one (nothing to close), or
-    /// [`GONE`] for a straggler. The raw pointer also keeps it on its thread (not `Send`).
+    /// A section on a slot of its own (a check on a thread whose slot is gone, or nested past
+    /// the depth a slot counts), made open and registered; the first registration or change
+    /// that finds it closed takes it out of [`SLOTS`], which frees it.
+    fn straggle() -> Section {
+        let slot = Arc::new(Slot {
+            section: AtomicU64::new(1),
+            straggler: true,
+        });
+        let section = Section {
+            slot: Arc::as_ptr(&slot),
+        };
+        let mut slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+        reap(&mut slots);
+        // Under the lock that a change takes to read the slots, after its barrier or fence: a
+        // change that takes it later sees this section open; one that took it before published
+        // its cell before this section's loads (the lock's release and acquire order them).
+        slots.push(slot);
+        section
+    }
+
+    /// Takes out of `slots` every straggler's slot whose section has closed, freeing it: its
+    /// close was the last that section did with it, and no other section uses it.
+    fn reap(slots: &mut Vec<Arc<Slot>>) {
+        // Acquire: pairs with the close's Release; the close happens before the free.
+        slots.retain(|s| !(s.straggler && Slot::depth(s.section.load(Ordering::Acquire)) == 0));
+    }
+
+    /// An open section: the slot it closes, this thread's or a straggler's. The raw pointer
+    /// also keeps it on its thread (not `Send`).
     pub(crate) struct Section {
         slot: *const Slot,
     }
@@ -246,22 +313,16 @@ mod grace {
     impl Drop for Section {
         #[inline(always)]
         fn drop(&mut self) {
-            if self.slot.is_null() {
-                return;
-            }
-            if self.slot.addr() == GONE {
-                // Release: as a slot's closing.
-                STRAGGLERS.fetch_sub(1, Ordering::Release);
-                return;
-            }
             // SAFETY: this thread's slot, alive when the section opened; it is freed only after
             // this thread's `OWNER` is destroyed, as the thread exits, which cannot happen inside
-            // a check, and the section never leaves the thread.
+            // a check, and the section never leaves the thread. Or a straggler's slot, freed only
+            // once a change or registration has read it closed, after this close.
             let slot = unsafe { &*self.slot };
-            // Relaxed: only this thread writes its slot.
+            // Relaxed: only this thread (this section, for a straggler's) writes the slot.
             let open = slot.section.load(Ordering::Relaxed);
             // Release: this section's reads of a cell happen before a change that reads the
-            // closed slot frees it.
+            // closed slot frees it. One section fewer open, the count one more: nested or
+            // outermost alike.
             slot.section
                 .store(open.wrapping_add(Slot::CLOSE), Ordering::Release);
         }
@@ -274,8 +335,6 @@ mod grace {
     pub(crate) struct Grace {
         /// Each slot seen open, with the number it showed.
         open: Vec<(Arc<Slot>, u64)>,
-        /// Stragglers were counted: they are anonymous, so the count must reach 0.
-        stragglers: bool,
     }
 
     impl Grace {
@@ -283,13 +342,10 @@ mod grace {
         pub(crate) fn passed(&mut self) -> bool {
             // Acquire: pairs with a section's Release on closing, or on opening the next one:
             // its reads of a cell happen before the free that follows.
-            self.open
-                .retain(|(slot, seen)| slot.section.load(Ordering::Acquire) == *seen);
-            if self.stragglers {
-                // Acquire: pairs with a straggler's Release on leaving.
-                self.stragglers = STRAGGLERS.load(Ordering::Acquire) != 0;
-            }
-            self.open.is_empty() && !self.stragglers
+            self.open.retain(|(slot, seen)| {
+                Slot::still_open(*seen, slot.section.load(Ordering::Acquire))
+            });
+            self.open.is_empty()
         }
     }
 
@@ -307,19 +363,21 @@ mod grace {
             // SeqCst: against the SeqCst fence of every section.
             fence(Ordering::SeqCst);
         }
-        let slots: Vec<Arc<Slot>> = SLOTS.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let slots: Vec<Arc<Slot>> = {
+            let mut slots = SLOTS.lock().unwrap_or_else(PoisonError::into_inner);
+            reap(&mut slots);
+            slots.clone()
+        };
         let open = slots
             .into_iter()
             .filter_map(|slot| {
                 // Acquire: as in `Grace::passed`. A section of this very thread (a change made
                 // from inside a check) is noted like any other: its cell outlives the check.
                 let seen = slot.section.load(Ordering::Acquire);
-                Slot::is_open(seen).then_some((slot, seen))
+                (Slot::depth(seen) != 0).then_some((slot, seen))
             })
             .collect();
-        // Acquire: pairs with a straggler's Release on leaving.
-        let stragglers = STRAGGLERS.load(Ordering::Acquire) != 0;
-        Some(Grace { open, stragglers })
+        Some(Grace { open })
     }
 
     #[cfg(test)]
@@ -329,13 +387,17 @@ mod grace {
         /// This thread's slot's number, once a section registered it.
         fn number() -> u64 {
             let slot = SLOT.with(Cell::get);
-            assert!(slot.addr() > GONE, "no slot registered");
+            assert!(
+                !ptr::eq(slot, &UNREGISTERED) && !ptr::eq(slot, &DEPARTED),
+                "no slot registered"
+            );
             // SAFETY: this thread's registered slot, as in `enter`.
             unsafe { &*slot }.section.load(Ordering::Relaxed)
         }
 
         /// A section opens and closes its slot's number and keeps the slot's fence as made; a
-        /// nested one leaves the number alone; a grace taken while it is open has not passed.
+        /// nested one gives back what it took; a grace taken while the outer one is open has
+        /// not passed, nested sections or not.
         #[test]
         fn a_section_moves_its_number_on_and_keeps_the_slot_fence() {
             prepare();
@@ -346,17 +408,20 @@ mod grace {
             };
             drop(enter());
             let closed = number();
-            assert_eq!(closed & (Slot::OPEN | Slot::FENCED), fenced);
+            assert_eq!(closed & (Slot::DEPTH | Slot::FENCED), fenced);
             let outer = enter();
             let open = number();
-            assert_eq!(open, closed | Slot::OPEN);
+            assert_eq!(open, closed + 1);
             let mut grace = grace().expect("the kernel's barrier, once registered, runs");
-            drop(enter());
-            assert_eq!(number(), open, "a nested section changes nothing");
+            let nested = enter();
+            assert_eq!(Slot::depth(number()), 2);
+            assert!(!grace.passed(), "this thread's section is still open");
+            drop(nested);
+            assert_eq!(number(), open, "a nested section gives back what it took");
             assert!(!grace.passed(), "this thread's section is still open");
             drop(outer);
             let next = number();
-            assert_eq!(next & (Slot::OPEN | Slot::FENCED), fenced);
+            assert_eq!(next & (Slot::DEPTH | Slot::FENCED), fenced);
             assert_ne!(next, closed);
             // Other tests' threads may be in sections of their own for a while.
             let start = std::time::Instant::now();
@@ -371,17 +436,125 @@ mod grace {
         #[test]
         fn a_fenced_slot_stays_fenced() {
             let slot = Slot::new(false);
-            for start in [Slot::FENCED, u64::MAX - Slot::OPEN] {
+            for start in [Slot::FENCED, !Slot::DEPTH, Slot::FENCED | Slot::STEP] {
                 slot.section.store(start, Ordering::Relaxed);
                 let section = enter_fenced_or_nested(&slot, start);
                 let open = slot.section.load(Ordering::Relaxed);
-                assert_eq!(open, start | Slot::OPEN);
-                assert!(enter_fenced_or_nested(&slot, open).slot.is_null(), "nested");
+                assert_eq!(open, start + 1);
+                let nested = enter_fenced_or_nested(&slot, open);
+                assert!(ptr::eq(nested.slot, &slot), "nested on the same slot");
+                assert!(Slot::still_open(open, slot.section.load(Ordering::Relaxed)));
+                drop(nested);
+                assert_eq!(slot.section.load(Ordering::Relaxed), open);
                 drop(section);
                 let closed = slot.section.load(Ordering::Relaxed);
-                assert_eq!(closed & (Slot::OPEN | Slot::FENCED), Slot::FENCED);
+                assert_eq!(closed & (Slot::DEPTH | Slot::FENCED), Slot::FENCED);
                 assert_ne!(closed, start);
+                assert!(!Slot::still_open(open, closed));
             }
+        }
+
+        /// Sections opened and closed at random depths on one slot, from counts near the wrap:
+        /// a number read while a section is open shows it open until that outermost section
+        /// closes, and never after, whatever nested ones open and close meanwhile.
+        #[test]
+        fn a_seen_section_stays_open_exactly_until_its_outermost_closes() {
+            let slot = Slot::new(false);
+            let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+            let mut random = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            for start in [Slot::FENCED, !Slot::DEPTH, Slot::FENCED | Slot::STEP] {
+                slot.section.store(start, Ordering::Relaxed);
+                let mut open: Vec<Section> = Vec::new();
+                // Each number seen with a section open, and the outermost section's serial.
+                let mut seen: Vec<(u64, u64)> = Vec::new();
+                let mut outermost = 0_u64;
+                // Fewer under Miri, which runs each step some thousand times slower.
+                for _ in 0..if cfg!(miri) { 400 } else { 20_000 } {
+                    let now = slot.section.load(Ordering::Relaxed);
+                    match random() % 5 {
+                        0 | 1 if open.len() < 40 => {
+                            if open.is_empty() {
+                                outermost += 1;
+                            }
+                            open.push(enter_fenced_or_nested(&slot, now));
+                        }
+                        0..=2 => drop(open.pop()),
+                        _ if !open.is_empty() => seen.push((now, outermost)),
+                        _ => {}
+                    }
+                    let now = slot.section.load(Ordering::Relaxed);
+                    assert_eq!(Slot::depth(now), open.len() as u64);
+                    for &(number, serial) in &seen {
+                        let live = !open.is_empty() && serial == outermost;
+                        assert_eq!(
+                            Slot::still_open(number, now),
+                            live,
+                            "{number:#x} at {now:#x}"
+                        );
+                    }
+                    if seen.len() > 200 {
+                        seen.remove(0);
+                    }
+                }
+                drop(open);
+            }
+        }
+
+        /// A check nested past what a slot's depth counts opens a section of its own, which a
+        /// grace taken meanwhile waits out, and which is freed once found closed.
+        #[test]
+        fn sections_nested_past_the_depth_straggle_and_are_waited_out() {
+            let slot = Slot::new(false);
+            let mut open: Vec<Section> = Vec::new();
+            for _ in 0..Slot::DEPTH {
+                open.push(enter_fenced_or_nested(
+                    &slot,
+                    slot.section.load(Ordering::Relaxed),
+                ));
+            }
+            assert_eq!(
+                Slot::depth(slot.section.load(Ordering::Relaxed)),
+                Slot::DEPTH
+            );
+            let own = enter_fenced_or_nested(&slot, slot.section.load(Ordering::Relaxed));
+            assert!(!ptr::eq(own.slot, &slot), "a slot of its own");
+            assert_eq!(
+                Slot::depth(slot.section.load(Ordering::Relaxed)),
+                Slot::DEPTH
+            );
+            // Kept so that its memory is not reused while it is looked for below.
+            let kept = SLOTS
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .find(|s| ptr::eq(Arc::as_ptr(s), own.slot))
+                .map(Arc::downgrade)
+                .expect("registered");
+            let mut waits = grace().expect("a change's barrier");
+            assert!(!waits.passed(), "the straggler's section is open");
+            drop(own);
+            let start = std::time::Instant::now();
+            while !waits.passed() {
+                assert!(start.elapsed() < std::time::Duration::from_secs(10));
+                std::thread::yield_now();
+            }
+            drop(grace());
+            let registered = SLOTS
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .any(|s| ptr::eq(Arc::as_ptr(s), kept.as_ptr()));
+            assert!(!registered, "taken out once found closed");
+            drop(open);
+            assert_eq!(
+                slot.section.load(Ordering::Relaxed),
+                Slot::FENCED + Slot::STEP
+            );
         }
     }
 

@@ -116,7 +116,7 @@ fn a_change_from_inside_a_check_keeps_the_cell_until_it_can_free_it() {
 }
 
 /// A check made while its thread's thread-locals are destroyed, after its slot went (a
-/// straggler, counted apart), is decided and waited out like any other: the change after it
+/// straggler, on a slot of its own), is decided and waited out like any other: the change after it
 /// frees the cell it replaced.
 #[test]
 fn a_check_in_a_thread_local_destructor_straggles() {
