@@ -110,12 +110,14 @@ mod grace {
     impl Slot {
         const DEPTH: u64 = (1 << 8) - 1;
         const FENCED: u64 = 1 << 8;
-        /// One step of the count (bits 9..64).
-        const STEP: u64 = 1 << 9;
+        /// Where the count starts (bits 9..64).
+        const COUNT_SHIFT: u32 = 9;
+        /// One step of the count.
+        const STEP: u64 = 1 << Slot::COUNT_SHIFT;
         /// A section's close: one section fewer open, the count one more.
         const CLOSE: u64 = Slot::STEP - 1;
         /// The turn's bits: the count's width.
-        const TURN: u64 = u64::MAX >> 9;
+        const TURN: u64 = u64::MAX >> Slot::COUNT_SHIFT;
 
         /// A slot whose sections take a full fence unless the kernel runs the barrier for them.
         fn new(kernel_barrier: bool) -> Slot {
@@ -142,7 +144,7 @@ mod grace {
         /// The count plus the depth: one more for each outermost section opened, the same
         /// from an outermost section's open until the next's.
         fn turn(number: u64) -> u64 {
-            (number >> 9).wrapping_add(Slot::depth(number)) & Slot::TURN
+            (number >> Slot::COUNT_SHIFT).wrapping_add(Slot::depth(number)) & Slot::TURN
         }
 
         /// Whether the section open when the slot read `seen` is still open at `now`.
@@ -384,6 +386,10 @@ mod grace {
     mod tests {
         use super::*;
 
+        /// Slots' numbers the tests start from: a fenced slot's first, one whose count is
+        /// about to wrap, and its second.
+        const STARTS: [u64; 3] = [Slot::FENCED, !Slot::DEPTH, Slot::FENCED | Slot::STEP];
+
         /// This thread's slot's number, once a section registered it.
         fn number() -> u64 {
             let slot = SLOT.with(Cell::get);
@@ -436,7 +442,7 @@ mod grace {
         #[test]
         fn a_fenced_slot_stays_fenced() {
             let slot = Slot::new(false);
-            for start in [Slot::FENCED, !Slot::DEPTH, Slot::FENCED | Slot::STEP] {
+            for start in STARTS {
                 slot.section.store(start, Ordering::Relaxed);
                 let section = enter_fenced_or_nested(&slot, start);
                 let open = slot.section.load(Ordering::Relaxed);
@@ -467,7 +473,7 @@ mod grace {
                 seed ^= seed << 17;
                 seed
             };
-            for start in [Slot::FENCED, !Slot::DEPTH, Slot::FENCED | Slot::STEP] {
+            for start in STARTS {
                 slot.section.store(start, Ordering::Relaxed);
                 let mut open: Vec<Section> = Vec::new();
                 // Each number seen with a section open, and the outermost section's serial.
